@@ -1,0 +1,41 @@
+# kernelflow's front door. `make demo` and `make test` do all set-up on a fresh machine.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+# Exact pins for what would otherwise pull a multi-GB CUDA build: the CPU wheel on our machines.
+TORCH   ?= torch==2.13.0
+TRITON  ?= triton==3.6.0
+export PREFECT_HOME ?= $(CURDIR)/.kernelflow/prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_LOGGING_LEVEL ?= WARNING
+DEMO_PROBLEM ?= problems/17_elementwise_chain.py
+DEMO_BUDGET  ?= 6
+
+.PHONY: install demo test lint typecheck bench-gpu clean
+
+install: $(STAMP)
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)" "$(TRITON)"
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/kernelflow problems validate $(DEMO_PROBLEM)
+	$(BIN)/kernelflow optimize $(DEMO_PROBLEM) --budget $(DEMO_BUDGET)
+	$(BIN)/kernelflow show latest
+
+test: install
+	$(BIN)/pytest -q -x --durations=10
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+bench-gpu: install
+	$(BIN)/python scripts/bench_gpu.py
+
+clean:
+	rm -rf $(VENV) runs .kernelflow .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,52 @@
+"""The leaderboard of a run, from the artifact tables alone."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from artifacts.store import Store
+
+COLUMNS = ["rank", "candidate_id", "proposer", "params", "status", "speedup_vs_eager", "speedup_vs_compile",
+           "median_us", "reason"]
+
+
+def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
+    """Every candidate of the run: verified ones ranked by geomean speedup over eager, failures with reasons."""
+    cands = store.read("candidates", run_id)
+    if cands.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    rows = {c.id: {"candidate_id": c.id, "proposer": c.origin_proposer, "params": c.origin_params, "status": "proposed",
+                   "speedup_vs_eager": None, "speedup_vs_compile": None, "median_us": None, "reason": ""}
+            for c in cands.itertuples()}
+    for table in ("compiles", "verifications", "benchmarks"):
+        frame = store.read(table, run_id)
+        for r in frame.itertuples():
+            if r.candidate_id not in rows:
+                continue
+            row = rows[r.candidate_id]
+            if r.status != "ok":
+                row["status"], row["reason"] = f"{table[:-1] if table != 'verifications' else 'verify'} failed", \
+                    f"{r.failure_kind}: {str(r.message).splitlines()[0][:120] if r.message else ''}"
+            elif table == "benchmarks":
+                row.update(status="verified", speedup_vs_eager=r.speedup_vs_eager, speedup_vs_compile=r.speedup_vs_compile)
+    timings = store.read("timings", run_id)
+    if not timings.empty:
+        for cid, group in timings.groupby("candidate_id"):
+            if cid in rows:
+                rows[cid]["median_us"] = "/".join(f"{m:.1f}" for m in group.sort_values("workload").median_us)
+    frame = pd.DataFrame(list(rows.values()))
+    frame = frame.sort_values("speedup_vs_eager", ascending=False, na_position="last").reset_index(drop=True)
+    frame.insert(0, "rank", range(1, len(frame) + 1))
+    return frame[COLUMNS]
+
+
+def baselines(store: Store, run_id: str) -> pd.DataFrame:
+    """Median baseline times per workload over the run (each benchmark call re-times them)."""
+    frame = store.read("baselines", run_id)
+    if frame.empty:
+        return frame
+    return frame.groupby(["contender", "workload"], observed=True).median_us.median().unstack("workload")
+
+
+def render(board: pd.DataFrame) -> str:
+    return board.to_string(index=False, na_rep="-", max_colwidth=40) if not board.empty else "(no candidates)"

@@ -1,0 +1,91 @@
+"""Append-only Parquet tables whose rows are the stage result models.
+
+Layout: <root>/tables/<table>/run_id=<run>/part-<time>-<uuid>.parquet, written to a temporary name and
+renamed, so a crash never leaves a half-written part. Nested models are flattened with `parent_child`
+column names; dict and list fields are stored as JSON text. The Arrow schema comes from the model's types,
+so every part of a table agrees (docs/ARTIFACTS.md lists the columns).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import types
+import typing
+import uuid
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+_SCALARS = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+
+
+def _unwrap(annotation: Any) -> Any:
+    """X | None -> X."""
+    if get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return args[0] if len(args) == 1 else str
+    return annotation
+
+
+def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, pa.DataType]]:
+    out = []
+    for name, field in model.model_fields.items():
+        ann = _unwrap(field.annotation)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _fields(ann, f"{prefix}{name}_")
+        elif get_origin(ann) is Literal:
+            out.append((prefix + name, pa.string()))
+        else:
+            out.append((prefix + name, _SCALARS.get(ann, pa.string())))  # dict/list -> JSON text
+    return out
+
+
+def schema(model: type[BaseModel]) -> pa.Schema:
+    return pa.schema(_fields(model))
+
+
+def row(instance: BaseModel, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in type(instance).model_fields:
+        value = getattr(instance, name)
+        if isinstance(value, BaseModel):
+            out.update(row(value, f"{prefix}{name}_"))
+        elif isinstance(value, (dict, list)):
+            out[prefix + name] = json.dumps(
+                [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
+                if isinstance(value, list) else value, sort_keys=True, default=str)
+        else:
+            out[prefix + name] = value
+    return out
+
+
+def append(root: str | Path, table: str, run_id: str, rows: list[BaseModel]) -> Path | None:
+    if not rows:
+        return None
+    part_dir = Path(root) / "tables" / table / f"run_id={run_id}"
+    part_dir.mkdir(parents=True, exist_ok=True)
+    arrow = pa.Table.from_pylist([row(r) for r in rows], schema=schema(type(rows[0])))
+    name = f"part-{time.time_ns()}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = part_dir / f".tmp-{name}"
+    pq.write_table(arrow, tmp)
+    os.replace(tmp, part_dir / name)
+    return part_dir / name
+
+
+def read(root: str | Path, table: str, run_id: str | None = None) -> pd.DataFrame:
+    """A table as pandas (the run_id partition becomes a column); empty frame if nothing was written."""
+    path = Path(root) / "tables" / table
+    if run_id is not None:
+        path = path / f"run_id={run_id}"
+        if not path.exists():
+            return pd.DataFrame()
+        frame = pd.read_parquet(path)
+        frame["run_id"] = run_id
+        return frame
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame()

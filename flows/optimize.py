@@ -1,0 +1,142 @@
+"""The optimize flow: baseline → [generate → compile → verify → benchmark]* under a budget, greedy.
+
+Thin by design: stages do the work, tasks declare resilience, the store keeps every artifact. Stop
+conditions raise StopSearch with their reason and are caught in one place.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+from prefect import flow, runtime
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+
+from artifacts.leaderboard import leaderboard, render
+from artifacts.store import Store
+from flows.tasks import benchmark_task, compile_task, generate_task, verify_task
+from stages.contracts import (Backend, BenchmarkRequest, Candidate, CompileRequest, Device, GenerateRequest,
+                              Problem, RunRecord, SizeSet, VerifyRequest)
+from stages.errors import StopSearch
+from stages.executor import Mode
+from stages.problem import load_problem
+from stages.provenance import code_version
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Run:
+    """The state of one optimize run and how it records what happens."""
+
+    def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str):
+        self.id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
+        self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
+        self.record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
+                                device=device, sizes=sizes, budget_candidates=budget, proposer=proposer,
+                                code_version=code_version(), prefect_flow_run_id=str(runtime.flow_run.id or ""))
+        self.tried: list[str] = []
+        self.best: tuple[float, Candidate] | None = None
+        self.verified = 0
+        store.append("problems", self.id, [problem])
+        store.append("runs", self.id, [self.record])
+
+    def request_fields(self, candidate: Candidate, stage: str, timeout_s: float) -> dict:
+        workdir = self.store.work_dir / self.id / candidate.id / stage
+        return dict(workdir=str(workdir), blob_dir=str(self.store.blob_dir), timeout_s=timeout_s)
+
+    def finish(self, status: str, reason: str) -> None:
+        self.record = self.record.model_copy(update=dict(
+            status=status, stop_reason=reason, updated_at=_now(), n_candidates=len(self.tried),
+            n_verified=self.verified, best_candidate_id=self.best[1].id if self.best else None,
+            best_speedup_vs_eager=self.best[0] if self.best else None))
+        self.store.append("runs", self.id, [self.record])
+
+
+def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[str], timeout_s: float) -> float | None:
+    """compile → verify → benchmark one candidate; every result is recorded; returns its speedup or None."""
+    store, problem = run.store, run.problem
+    store.append("candidates", run.id, [candidate])
+    compiled = compile_task(CompileRequest(candidate=candidate, problem=problem, **run.request_fields(
+        candidate, "compile", timeout_s)), mode)
+    store.append("compiles", run.id, [compiled])
+    if compiled.status != "ok":
+        return None
+    sizes: list[SizeSet] = ["cpu", "gpu"] if run.device == "cuda" and problem.cpu_workloads else [run.sizes]
+    verified = verify_task(VerifyRequest(problem=problem, candidate=candidate, device=run.device, sizes=sizes,
+                                         **run.request_fields(candidate, "verify", timeout_s)), mode)
+    store.append("verifications", run.id, [verified])
+    if verified.status != "ok":
+        return None
+    timed = benchmark_task(BenchmarkRequest(problem=problem, candidate=candidate, device=run.device, sizes=run.sizes,
+                                            baselines=baselines, **run.request_fields(candidate, "benchmark", timeout_s)),
+                           mode, str(store.root))
+    store.append("benchmarks", run.id, [timed])
+    store.append("timings", run.id, [t for t in timed.timings if t.contender == "candidate"])
+    store.append("baselines", run.id, [t for t in timed.timings if t.contender != "candidate"])
+    if timed.status != "ok":
+        return None
+    run.verified += 1
+    return timed.speedup_vs_eager
+
+
+def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Backend | None, seed: int,
+           evaluate_one) -> None:
+    """Propose from the incumbent, evaluate, keep the best; raises StopSearch with the reason."""
+    started, progress = time.monotonic(), create_progress_artifact(0.0, description=f"candidates of {run.id}")
+    while True:
+        if len(run.tried) >= budget:
+            raise StopSearch(f"candidate budget of {budget} spent")
+        if time.monotonic() - started > wall_time_s:
+            raise StopSearch(f"wall-time budget of {wall_time_s:.0f} s spent")
+        parent = run.best[1] if run.best else None
+        proposed = generate_task(GenerateRequest(problem=run.problem, n=1, proposer=proposer, backend=backend,
+                                                 parent=parent, exclude_ids=run.tried, seed=seed + len(run.tried)))
+        if not proposed.candidates:
+            raise StopSearch(f"proposer {proposer!r} has nothing more to propose: {proposed.message}")
+        for candidate in proposed.candidates:
+            run.tried.append(candidate.id)
+            speedup = evaluate_one(candidate)
+            print(f"[{len(run.tried)}/{budget}] {candidate.id} {candidate.origin.proposer} {candidate.origin.params}: "
+                  + (f"verified, {speedup:.3f}x eager" if speedup else "rejected (see leaderboard)"))
+            if speedup and (run.best is None or speedup > run.best[0]):
+                run.best = (speedup, candidate.model_copy(update={"parent_id": parent.id if parent else None}))
+            update_progress_artifact(progress, 100.0 * len(run.tried) / budget)
+
+
+@flow(name="optimize", log_prints=True)
+def optimize(problem_path: str, budget: int = 8, store: str | None = None, device: Device | None = None,
+             sizes: SizeSet | None = None, proposer: str = "builtin", backend: Backend | None = None,
+             baselines: list[str] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
+             stage_timeout_s: float = 600.0, seed: int = 0) -> dict:
+    problem = load_problem(problem_path)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        print("No GPU in use: candidates run on CPU (Triton through its interpreter); CPU timings are labelled "
+              "as such and never compared with GPU numbers.")
+    sizes = sizes or ("gpu" if device == "cuda" or not problem.cpu_workloads else "cpu")
+    baselines = baselines if baselines is not None else (["eager", "compile"] if device == "cuda" else ["eager"])
+    run = Run(problem, Store(store), device, sizes, budget, proposer)
+    print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), budget {budget}, store {run.store.root}")
+    try:
+        greedy(run, budget, wall_time_s, proposer, backend, seed,
+               lambda c: evaluate(run, c, executor, baselines, stage_timeout_s))
+    except StopSearch as stop:
+        run.finish("finished", stop.reason)
+    except BaseException as e:
+        run.finish("failed", f"{type(e).__name__}: {e}")
+        raise
+    board = leaderboard(run.store, run.id)
+    create_table_artifact(key=f"leaderboard-{problem.id.lower().replace('_', '-')}",
+                          table=board.astype(str).to_dict("records"), description=f"run {run.id}")
+    print(f"stopped: {run.record.stop_reason}\n{render(board)}")
+    return {"run_id": run.id, "store": str(run.store.root), "best_candidate_id": run.record.best_candidate_id,
+            "best_speedup_vs_eager": run.record.best_speedup_vs_eager, "stop_reason": run.record.stop_reason}
+
+
+def main(problem_path: str, **kwargs) -> dict:
+    return optimize(str(Path(problem_path).resolve()), **kwargs)

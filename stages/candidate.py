@@ -1,0 +1,35 @@
+"""Turn a Candidate's source into an importable module and its ModelNew class."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+import torch
+
+from stages.contracts import Candidate
+from stages.errors import CandidateFault
+from stages.problem import import_file
+
+
+def write_source(candidate: Candidate, workdir: str | Path) -> Path:
+    """Triton needs a real file to read kernel source from; the name is unique per candidate."""
+    path = Path(workdir) / f"kf_cand_{candidate.id}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(candidate.source)
+    return path
+
+
+def load_model_class(candidate: Candidate, workdir: str | Path) -> type[torch.nn.Module]:
+    if candidate.backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        raise CandidateFault("unavailable", "Triton needs a GPU, or TRITON_INTERPRET=1 to run on CPU")
+    path = write_source(candidate, workdir)
+    try:
+        module = import_file(path, path.stem)
+    except Exception as e:
+        raise CandidateFault("import_error", f"{type(e).__name__}: {e}") from e
+    cls = getattr(module, "ModelNew", None)
+    if not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module)):
+        raise CandidateFault("import_error", "the module defines no class ModelNew(nn.Module)")
+    return cls

@@ -1,0 +1,277 @@
+"""Pydantic contracts at every stage boundary. A result model is also its Parquet row (see artifacts/tables.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Contract(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+Backend = Literal["triton", "cuda", "torch"]
+Device = Literal["cuda", "cpu"]
+SizeSet = Literal["gpu", "cpu"]
+FailureKind = Literal[
+    "compile_error",  # the toolchain rejected the source
+    "import_error",  # the module failed to import or defines no ModelNew
+    "signature_mismatch",  # ModelNew's constructor or forward does not accept the problem's arguments
+    "runtime_error",  # an exception inside the candidate's forward
+    "illegal_address",  # the GPU reported an illegal memory access (context poisoned)
+    "oom",  # out of memory on the device or host
+    "timeout",  # the stage process was killed at its deadline
+    "crash",  # the stage process died without writing a result (segfault, os._exit, abort)
+    "mismatch",  # outputs outside tolerance, wrong shape or dtype
+    "nan",  # NaN/Inf (or unwritten, NaN-poisoned) elements where the reference is finite
+    "all_zero",  # an all-zero output against a nonzero reference
+    "input_mutation",  # the candidate changed its inputs
+    "nondeterministic",  # a second call on the same inputs disagreed
+    "cheat",  # a harness-evading output (tensor subclass, aliasing) or behaviour
+    "policy_violation",  # a call the problem's policy forbids
+    "unavailable",  # the backend cannot run here (no nvcc, no GPU); says why
+]
+
+
+class Workload(Contract):
+    """One shape of a problem: module-level constants overridden by name."""
+
+    name: str = Field(description="stable name, e.g. 'gpu0' or 'cpu0'")
+    params: dict[str, int] = Field(description="module-level constant -> value for this shape")
+
+
+class Tolerance(Contract):
+    """Elementwise check |out - ref| <= atol * rms(ref) + rtol * |ref| against a float64 reference."""
+
+    rtol: float = Field(description="relative tolerance per element")
+    atol: float = Field(description="absolute tolerance, in units of the reference's RMS")
+
+
+DEFAULT_TOLERANCE: dict[str, Tolerance] = {
+    "float32": Tolerance(rtol=1e-4, atol=1e-4),
+    "float64": Tolerance(rtol=1e-7, atol=1e-7),
+    "float16": Tolerance(rtol=1e-2, atol=1e-2),
+    "bfloat16": Tolerance(rtol=2e-2, atol=2e-2),
+}
+
+
+class Policy(Contract):
+    """What a candidate may do; enforced by verify (more checks arrive with the integrity work)."""
+
+    allow_tf32: bool = Field(default=False, description="fp32 matmul/conv may use TF32 (in candidate and baselines)")
+    allow_vendor_libraries: bool = Field(
+        default=True, description="cuBLAS/cuDNN calls (torch matmul/conv) allowed for matmul/conv parts"
+    )
+    reference_fp64: bool = Field(default=True, description="compute the reference in float64 on upcast inputs")
+
+
+class Problem(Contract):
+    """A KernelBench-format problem file, loaded and checked."""
+
+    id: str = Field(description="file stem, e.g. '01_softmax'")
+    path: str = Field(description="absolute path of the .py file when loaded")
+    source: str = Field(description="the file's text")
+    source_sha256: str = Field(description="sha256 of source")
+    dtype: str = Field(description="floating dtype of the inputs, e.g. 'float32'")
+    gpu_workloads: list[Workload] = Field(description="realistic GPU shapes (timing and verification on cuda)")
+    cpu_workloads: list[Workload] = Field(description="small shapes for CPU verification and tests")
+    tolerance: Tolerance = Field(description="the verification tolerance")
+    policy: Policy = Field(default_factory=Policy, description="what candidates may do")
+
+    def workloads(self, sizes: SizeSet) -> list[Workload]:
+        return self.gpu_workloads if sizes == "gpu" else self.cpu_workloads
+
+
+class Origin(Contract):
+    """Where a candidate came from."""
+
+    kind: Literal["builtin", "llm", "user", "baseline"] = Field(description="proposer family")
+    proposer: str = Field(description="registry name of the proposer or template, e.g. 'rowwise'")
+    params: dict[str, Any] = Field(default_factory=dict, description="template parameters (tiles, warps, ...)")
+    model: str | None = Field(default=None, description="LLM model name, when an LLM wrote it")
+    prompt_sha256: str | None = Field(default=None, description="hash of the rendered prompt, when an LLM wrote it")
+
+
+class Candidate(Contract):
+    """A module source defining ModelNew; its id is the content hash of backend and source."""
+
+    id: str = Field(description="sha256(backend + source)[:16]")
+    problem_id: str = Field(description="the problem it solves")
+    parent_id: str | None = Field(default=None, description="the candidate it was derived from")
+    backend: Backend = Field(description="triton, cuda (load_inline C++) or torch (plain PyTorch)")
+    source: str = Field(description="Python module text defining class ModelNew")
+    origin: Origin = Field(description="proposer and parameters, or model and prompt hash")
+
+    @classmethod
+    def make(cls, problem_id: str, backend: Backend, source: str, origin: Origin, parent_id: str | None = None):
+        cid = sha256_text(backend + "\n" + source)[:16]
+        return cls(id=cid, problem_id=problem_id, parent_id=parent_id, backend=backend, source=source, origin=origin)
+
+
+class StageRequest(Contract):
+    """Common fields of every request that runs candidate code."""
+
+    workdir: str = Field(description="a private directory for this call (candidate file, build files)")
+    blob_dir: str = Field(description="content-addressed blob directory of the artifact store")
+    timeout_s: float = Field(default=600.0, description="deadline for the whole stage call, in seconds")
+
+
+class StageResult(Contract):
+    """Common fields of every stage result (each is one Parquet row)."""
+
+    candidate_id: str = Field(description="the candidate judged")
+    problem_id: str = Field(description="the problem")
+    status: Literal["ok", "failed"] = Field(description="ok, or failed with failure_kind")
+    failure_kind: FailureKind | None = Field(default=None, description="why it failed; None when ok")
+    message: str = Field(default="", description="human-readable reason or summary")
+    duration_s: float | None = Field(default=None, description="wall time of the stage call, seconds")
+    blobs: dict[str, str] = Field(default_factory=dict, description="artifact name -> blob sha256 (log, ptx, ...)")
+
+
+class CompileRequest(StageRequest):
+    candidate: Candidate
+    arch: str = Field(default="sm_90a", description="target architecture for nvcc / Triton")
+    problem: Problem | None = Field(
+        default=None, description="the problem, so Triton kernels can be specialized and compiled ahead of time"
+    )
+
+
+class KernelBinary(Contract):
+    """One compiled kernel and its resource usage."""
+
+    name: str = Field(description="kernel (function) name")
+    registers: int | None = Field(default=None, description="registers per thread (ptxas)")
+    shared_bytes: int | None = Field(default=None, description="static shared memory per block, bytes")
+    spill_stores_bytes: int | None = Field(default=None, description="bytes spilled to local memory (stores)")
+    spill_loads_bytes: int | None = Field(default=None, description="bytes loaded back from local memory")
+    stack_bytes: int | None = Field(default=None, description="stack frame per thread, bytes")
+
+
+class CompileResult(StageResult):
+    backend: Backend = Field(description="backend compiled")
+    arch: str = Field(description="target architecture")
+    mode: Literal["ahead_of_time", "on_gpu_worker", "none"] = Field(
+        description="ahead_of_time: binaries built here; on_gpu_worker: checked here, built where it runs"
+    )
+    toolchain: dict[str, str] = Field(default_factory=dict, description="tool -> version (nvcc, triton, torch)")
+    kernels: list[KernelBinary] = Field(default_factory=list, description="kernels found and their resources")
+
+
+class VerifyRequest(StageRequest):
+    problem: Problem
+    candidate: Candidate
+    device: Device = "cpu"
+    sizes: list[SizeSet] = Field(default_factory=lambda: ["cpu"], description="workload sets to verify on")
+    trials: int = Field(default=5, ge=1, description="fresh-input trials per workload")
+    seed: int = Field(default=0, description="base seed; trials derive their own")
+
+
+class VerifyResult(StageResult):
+    device: Device = Field(description="where it ran")
+    sizes: list[SizeSet] = Field(description="workload sets verified")
+    trials_passed: int = Field(default=0, description="trials that passed, over all workloads")
+    trials_skipped: int = Field(default=0, description="trials skipped because the reference itself was non-finite")
+    max_err_ratio: float | None = Field(default=None, description="max over elements of |err| / allowed; <= 1 passes")
+    eager_err_ratio: float | None = Field(default=None, description="the same ratio for eager PyTorch (context)")
+    worst_workload: str | None = Field(default=None, description="workload where the worst error occurred")
+
+
+class BenchmarkRequest(StageRequest):
+    problem: Problem
+    candidate: Candidate | None = Field(default=None, description="None times only the baselines")
+    device: Device = "cpu"
+    sizes: SizeSet = "cpu"
+    baselines: list[Literal["eager", "compile"]] = Field(default_factory=lambda: ["eager", "compile"])
+    min_reps: int = Field(default=20, ge=3, description="repetitions per contender before the stop test")
+    max_reps: int = Field(default=300, ge=3, description="repetitions per contender at most")
+    target_rel_ci: float = Field(default=0.02, description="stop when the 95% CI width / median is below this")
+    budget_s: float = Field(default=30.0, description="timing budget per workload, seconds")
+    seed: int = 0
+
+
+class Provenance(Contract):
+    """Where and with what a number was measured."""
+
+    device: Device = Field(description="cuda or cpu; CPU numbers are never compared with GPU numbers")
+    device_name: str = Field(description="GPU name or CPU model")
+    driver: str | None = Field(default=None, description="NVIDIA driver version")
+    sm_clock_mhz: int | None = Field(default=None, description="SM clock when measured")
+    mem_clock_mhz: int | None = Field(default=None, description="memory clock when measured")
+    torch: str = Field(description="torch version")
+    cuda: str | None = Field(default=None, description="CUDA version torch was built with")
+    triton: str | None = Field(default=None, description="triton version")
+    python: str = Field(description="python version")
+    hostname: str = Field(description="host")
+    code_version: str = Field(description="git commit of kernelflow, or 'unknown'")
+    tf32: bool = Field(description="TF32 allowed for fp32 matmul/conv during the measurement")
+
+
+class Timing(Contract):
+    """One contender on one workload: median and 95% interval (a row of timings or baselines)."""
+
+    problem_id: str
+    candidate_id: str | None = Field(description="candidate id; None for a baseline")
+    contender: Literal["candidate", "eager", "compile"]
+    workload: str
+    median_us: float = Field(description="median time per call, microseconds")
+    ci_low_us: float = Field(description="95% CI of the median, low end (order statistics)")
+    ci_high_us: float = Field(description="95% CI of the median, high end")
+    min_us: float
+    mean_us: float
+    n_reps: int = Field(description="timed calls")
+    l2_flushed: bool = Field(description="L2 flushed before every timed call")
+    input_sets: int = Field(description="rotated input sets")
+    provenance: Provenance
+
+
+class BenchmarkResult(StageResult):
+    device: Device
+    sizes: SizeSet
+    timings: list[Timing] = Field(default_factory=list, description="one per contender and workload")
+    speedup_vs_eager: float | None = Field(default=None, description="geomean over workloads of eager / candidate")
+    speedup_vs_compile: float | None = Field(default=None, description="geomean of torch.compile / candidate")
+    recheck_passed: bool | None = Field(default=None, description="outputs of timed calls re-checked and correct")
+
+
+class GenerateRequest(Contract):
+    problem: Problem
+    n: int = Field(ge=1, description="how many new candidates to propose")
+    proposer: str = Field(default="builtin", description="registry name")
+    backend: Backend | None = Field(default=None, description="restrict to one backend")
+    parent: Candidate | None = Field(default=None, description="candidate to refine, if any")
+    exclude_ids: list[str] = Field(default_factory=list, description="candidate ids already tried")
+    seed: int = 0
+
+
+class GenerateResult(Contract):
+    problem_id: str
+    proposer: str
+    candidates: list[Candidate]
+    message: str = Field(default="", description="why fewer than n, when so")
+
+
+class RunRecord(Contract):
+    """One optimize run; appended when it starts and when it ends (the latest row per run wins)."""
+
+    problem_id: str
+    status: Literal["running", "finished", "failed"]
+    stop_reason: str = Field(default="", description="why the loop stopped (budget, wall time, exhausted, ...)")
+    started_at: str = Field(description="UTC ISO time")
+    updated_at: str = Field(description="UTC ISO time of this row")
+    device: Device
+    sizes: SizeSet = Field(description="workload set timed")
+    budget_candidates: int
+    proposer: str
+    n_candidates: int = 0
+    n_verified: int = 0
+    best_candidate_id: str | None = None
+    best_speedup_vs_eager: float | None = None
+    best_speedup_vs_compile: float | None = None
+    code_version: str
+    prefect_flow_run_id: str | None = Field(default=None, description="the Prefect flow run, for the UI")

@@ -1,0 +1,77 @@
+"""Where a stage runs: inline (trusted, cheap) or in a subprocess with a deadline (anything running candidate code).
+
+A candidate that crashes the process, calls os._exit, hangs or poisons the CUDA context only loses its own
+process: the executor turns that into a failure result with the process log kept as a blob.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+from artifacts.blobs import put_bytes
+from stages.contracts import StageRequest, StageResult
+from stages.entry import INFRA_EXIT
+from stages.errors import InfrastructureError
+
+STAGES = {"compile": "stages.compile", "verify": "stages.verify", "benchmark": "stages.benchmark"}
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+Mode = Literal["inline", "subprocess"]
+
+
+def stage_env(request: StageRequest) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONFAULTHANDLER"] = "1"  # a crashing candidate leaves a Python traceback in the stage log
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    if getattr(request, "device", None) == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton candidates run on CPU tensors through the interpreter
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(request.blob_dir).parent / "torch_extensions"))
+    return env
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {signal.Signals(-code).name}"
+    return f"exited with status {code} without writing a result"
+
+
+def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> StageResult:
+    module = importlib.import_module(STAGES[name])
+    if mode == "inline":
+        return module.run(request)
+    workdir = Path(request.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    req_path, res_path, log_path = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
+    res_path.unlink(missing_ok=True)
+    req_path.write_text(request.model_dump_json())
+    started = time.perf_counter()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", STAGES[name], str(req_path), str(res_path)], cwd=workdir,
+                                stdout=log, stderr=subprocess.STDOUT, env=stage_env(request), start_new_session=True)
+        try:
+            code = proc.wait(timeout=request.timeout_s)
+            kind, why = "crash", _describe_exit(code)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kind, why = "timeout", f"killed after the {request.timeout_s:.0f} s deadline"
+    log_bytes = log_path.read_bytes()
+    log_blob = put_bytes(request.blob_dir, log_bytes)
+    if res_path.exists() and kind != "timeout":
+        result = module.Result.model_validate_json(res_path.read_text())
+        result.blobs.setdefault("stage_log", log_blob)
+        return result
+    tail = log_bytes.decode(errors="replace")[-2000:]
+    if proc.returncode == INFRA_EXIT and kind != "timeout":
+        raise InfrastructureError(f"stage {name} failed outside the candidate ({why}); log {log_path}:\n{tail}")
+    result = module.failed(request, kind, f"{why}. Log tail:\n{tail}", {"stage_log": log_blob})
+    result.duration_s = time.perf_counter() - started
+    return result

@@ -1,0 +1,61 @@
+"""Reference and candidate models at one workload, with equal weights, on a device; candidate calls guarded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from stages.contracts import Policy, Workload
+from stages.errors import CandidateFault
+from stages.problem import workload_call
+
+_ILLEGAL = ("illegal memory access", "illegal instruction", "misaligned address", "unspecified launch failure")
+
+
+def classify(e: BaseException) -> CandidateFault:
+    text = f"{type(e).__name__}: {e}"
+    if isinstance(e, CandidateFault):
+        return e
+    if isinstance(e, torch.OutOfMemoryError | MemoryError) or "can't allocate memory" in str(e):
+        return CandidateFault("oom", text[:2000])
+    if any(s in str(e) for s in _ILLEGAL):
+        return CandidateFault("illegal_address", text[:2000])
+    if isinstance(e, TypeError) and "argument" in str(e):
+        return CandidateFault("signature_mismatch", text[:2000])
+    return CandidateFault("runtime_error", text[:2000])
+
+
+def guarded(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call candidate code; any exception becomes a CandidateFault. Syncs so asynchronous GPU errors surface here."""
+    try:
+        out = fn(*args)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        return out
+    except Exception as e:
+        raise classify(e) from e
+
+
+def set_precision(policy: Policy) -> None:
+    """The same math settings for reference, baselines and candidate: no TF32 unless the policy allows it."""
+    torch.backends.cuda.matmul.allow_tf32 = policy.allow_tf32
+    torch.backends.cudnn.allow_tf32 = policy.allow_tf32
+    torch.set_float32_matmul_precision("high" if policy.allow_tf32 else "highest")
+
+
+def build(module: ModuleType, new_cls: type[torch.nn.Module] | None, workload: Workload, device: str,
+          seed: int) -> tuple[torch.nn.Module, torch.nn.Module | None]:
+    init = workload_call(module, workload, "get_init_inputs")
+    torch.manual_seed(seed)
+    ref = module.Model(*init).to(device).eval()
+    if new_cls is None:
+        return ref, None
+    torch.manual_seed(seed)
+    new = guarded(new_cls, *init)
+    own = new.state_dict()
+    shared = {k: v for k, v in ref.state_dict().items() if k in own and own[k].shape == v.shape}
+    new.load_state_dict(shared, strict=False)
+    return ref, guarded(lambda: new.to(device).eval())

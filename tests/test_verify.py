@@ -1,0 +1,64 @@
+"""Verify accepts a right candidate and rejects each adversarial fixture with the right reason."""
+
+from pathlib import Path
+
+import pytest
+
+from stages.contracts import Candidate, Origin, VerifyRequest
+from stages.executor import run_stage
+from stages.problem import load_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
+SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
+
+EXPECTED = {
+    "good": None,
+    "all_zero": "all_zero",
+    "partial": "nan",  # unwritten rows keep the NaN poison
+    "input_mutation": "input_mutation",
+    "nan": "nan",
+    "wrong": "mismatch",
+    "lazy_subclass": "cheat",
+    "flaky": "mismatch",  # the second call on the same inputs disagrees
+    "raises": "runtime_error",
+    "oom": "oom",
+    "bad_signature": "signature_mismatch",
+    "no_model": "import_error",
+    "syntax_error": "import_error",
+    "exit_crash": "crash",
+    "segfault": "crash",
+    "hang": "timeout",
+}
+SUBPROCESS_ONLY = {"exit_crash", "segfault", "hang"}
+
+
+def verify(name: str, tmp_path: Path, mode: str):
+    source = (FIXTURES / f"{name}.py").read_text()
+    candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
+    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+                            candidate=candidate, timeout_s=15 if name == "hang" else 120)
+    return run_stage("verify", request, mode)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_verdict_in_subprocess(name: str, tmp_path: Path):
+    result = verify(name, tmp_path, "subprocess")
+    assert (result.status, result.failure_kind) == (("ok", None) if EXPECTED[name] is None else ("failed", EXPECTED[name])), result.message
+    assert result.blobs, "every verdict keeps a log blob"
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPECTED) - SUBPROCESS_ONLY))
+def test_verdict_inline_matches(name: str, tmp_path: Path):
+    assert verify(name, tmp_path, "inline").failure_kind == EXPECTED[name]
+
+
+def test_crash_keeps_the_log(tmp_path: Path):
+    result = verify("segfault", tmp_path, "subprocess")
+    log = (tmp_path / "blobs" / result.blobs["stage_log"][:2] / result.blobs["stage_log"]).read_text()
+    assert "SIGSEGV" in result.message and "Fatal Python error" in log
+
+
+def test_good_candidate_reports_error_ratio(tmp_path: Path):
+    result = verify("good", tmp_path, "inline")
+    assert result.trials_passed == 5 * len(SOFTMAX.cpu_workloads) and 0 <= result.max_err_ratio <= 1
