@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +27,7 @@ class Store:
         for d in (self.blob_dir, self.work_dir):
             d.mkdir(parents=True, exist_ok=True)
 
-    def append(self, table: str, run_id: str, rows: list[BaseModel]) -> None:
+    def append(self, table: str, run_id: str, rows: Sequence[BaseModel]) -> None:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables are {TABLES}")
         tables.append(self.root, table, run_id, rows)

@@ -14,6 +14,7 @@ import time
 import types
 import typing
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -65,7 +66,7 @@ def row(instance: BaseModel, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def append(root: str | Path, table: str, run_id: str, rows: list[BaseModel]) -> Path | None:
+def append(root: str | Path, table: str, run_id: str, rows: Sequence[BaseModel]) -> Path | None:
     if not rows:
         return None
     part_dir = Path(root) / "tables" / table / f"run_id={run_id}"

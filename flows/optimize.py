@@ -10,6 +10,8 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
+from uuid import UUID
 
 import torch
 from prefect import flow, runtime
@@ -18,8 +20,19 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from artifacts.leaderboard import leaderboard, render
 from artifacts.store import Store
 from flows.tasks import benchmark_task, compile_task, generate_task, verify_task
-from stages.contracts import (Backend, BenchmarkRequest, Candidate, CompileRequest, Device, GenerateRequest,
-                              Problem, RunRecord, SizeSet, VerifyRequest)
+from stages.contracts import (
+    Backend,
+    Baseline,
+    BenchmarkRequest,
+    Candidate,
+    CompileRequest,
+    Device,
+    GenerateRequest,
+    Problem,
+    RunRecord,
+    SizeSet,
+    VerifyRequest,
+)
 from stages.errors import StopSearch
 from stages.executor import Mode
 from stages.problem import load_problem
@@ -57,7 +70,7 @@ class Run:
         self.store.append("runs", self.id, [self.record])
 
 
-def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[str], timeout_s: float) -> float | None:
+def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baseline], timeout_s: float) -> float | None:
     """compile → verify → benchmark one candidate; every result is recorded; returns its speedup or None."""
     store, problem = run.store, run.problem
     store.append("candidates", run.id, [candidate])
@@ -84,10 +97,21 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[str], t
     return timed.speedup_vs_eager
 
 
+def baseline_only(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: float) -> None:
+    workdir = run.store.work_dir / run.id / "baseline"
+    timed = benchmark_task(BenchmarkRequest(problem=run.problem, device=run.device, sizes=run.sizes,
+                                            baselines=baselines, workdir=str(workdir),
+                                            blob_dir=str(run.store.blob_dir), timeout_s=timeout_s),
+                           mode, str(run.store.root))
+    run.store.append("benchmarks", run.id, [timed])
+    run.store.append("baselines", run.id, timed.timings)
+
+
 def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Backend | None, seed: int,
            evaluate_one) -> None:
     """Propose from the incumbent, evaluate, keep the best; raises StopSearch with the reason."""
-    started, progress = time.monotonic(), create_progress_artifact(0.0, description=f"candidates of {run.id}")
+    started = time.monotonic()
+    progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
     while True:
         if len(run.tried) >= budget:
             raise StopSearch(f"candidate budget of {budget} spent")
@@ -111,7 +135,7 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
 @flow(name="optimize", log_prints=True)
 def optimize(problem_path: str, budget: int = 8, store: str | None = None, device: Device | None = None,
              sizes: SizeSet | None = None, proposer: str = "builtin", backend: Backend | None = None,
-             baselines: list[str] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
+             baselines: list[Baseline] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
              stage_timeout_s: float = 600.0, seed: int = 0) -> dict:
     problem = load_problem(problem_path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -126,6 +150,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
         greedy(run, budget, wall_time_s, proposer, backend, seed,
                lambda c: evaluate(run, c, executor, baselines, stage_timeout_s))
     except StopSearch as stop:
+        if run.verified == 0:  # still record what the user already has: the baselines, timed alone
+            baseline_only(run, baselines, executor, stage_timeout_s)
         run.finish("finished", stop.reason)
     except BaseException as e:
         run.finish("failed", f"{type(e).__name__}: {e}")

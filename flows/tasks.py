@@ -18,8 +18,16 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.gpu_lock import gpu_lock
 from stages import generate
-from stages.contracts import (BenchmarkRequest, BenchmarkResult, CompileRequest, CompileResult, GenerateRequest,
-                              GenerateResult, VerifyRequest, VerifyResult)
+from stages.contracts import (
+    BenchmarkRequest,
+    BenchmarkResult,
+    CompileRequest,
+    CompileResult,
+    GenerateRequest,
+    GenerateResult,
+    VerifyRequest,
+    VerifyResult,
+)
 from stages.errors import InfrastructureError
 from stages.executor import Mode, run_stage
 
@@ -37,7 +45,7 @@ def infrastructure_only(task: Any, task_run: Any, state: Any) -> bool:
 
 @cache
 def toolchain_fingerprint() -> str:
-    parts = [torch.__version__]
+    parts = [str(torch.__version__)]
     try:
         import triton
 
@@ -58,7 +66,8 @@ def compile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     return "compile-" + hashlib.sha256(text.encode()).hexdigest()
 
 
-RETRY = dict(retries=2, retry_delay_seconds=[2, 10], retry_jitter_factor=0.5, retry_condition_fn=infrastructure_only)
+RETRY: dict[str, Any] = dict(retries=2, retry_delay_seconds=[2, 10], retry_jitter_factor=0.5,
+                             retry_condition_fn=infrastructure_only)
 
 
 @task(name="generate", cache_policy=NO_CACHE, **RETRY)

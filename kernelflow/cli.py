@@ -7,6 +7,7 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -43,13 +44,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace, timed: bool) -> int:
     from artifacts.store import Store
-    from stages.contracts import BenchmarkRequest, Candidate, CompileRequest, Origin, VerifyRequest
+    from stages.contracts import (
+        BenchmarkRequest,
+        BenchmarkResult,
+        Candidate,
+        CompileRequest,
+        Origin,
+        VerifyRequest,
+    )
     from stages.executor import run_stage
     from stages.problem import load_problem
 
     problem = load_problem(args.problem)
     source = Path(args.candidate).read_text()
-    candidate = Candidate.make(problem.id, args.backend or _backend_of(source), source,
+    candidate = Candidate.make(problem.id, args.backend or _backend_of(source), source,  # type: ignore[arg-type]
                                Origin(kind="user", proposer="file", params={"path": str(Path(args.candidate).resolve())}))
     device = args.device or _default_device()
     sizes = args.sizes or ("gpu" if device == "cuda" or not problem.cpu_workloads else "cpu")
@@ -65,11 +73,13 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     store.append("compiles", run_id, results[-1:])
     if results[-1].status == "ok":
         verify_sizes = ["cpu", "gpu"] if device == "cuda" and problem.cpu_workloads else [sizes]
-        results.append(run_stage("verify", VerifyRequest(problem=problem, candidate=candidate, device=device,
-                                                         sizes=verify_sizes, workdir=str(work / "verify"), **common)))
+        results.append(run_stage("verify", VerifyRequest.model_validate(dict(
+            problem=problem, candidate=candidate, device=device, sizes=verify_sizes, workdir=str(work / "verify"),
+            **common))))
         store.append("verifications", run_id, results[-1:])
     for r in results:
-        print(f"{type(r).__name__.removesuffix('Result').lower():8s} {r.status}: {r.failure_kind or ''} {r.message}")
+        kind = f": {r.failure_kind}" if r.failure_kind else ""
+        print(f"{type(r).__name__.removesuffix('Result').lower():8s} {r.status}{kind}: {r.message}")
     if results[-1].status != "ok" or len(results) < 2:
         print("REJECTED", file=sys.stderr)
         return 1
@@ -77,13 +87,14 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
         print("VERIFIED")
         return 0
     baselines = args.baselines.split(",") if args.baselines else (["eager", "compile"] if device == "cuda" else ["eager"])
-    timed_result = run_stage("benchmark", BenchmarkRequest(problem=problem, candidate=candidate, device=device,
-                                                           sizes=sizes, baselines=baselines,
-                                                           workdir=str(work / "benchmark"), **common))
+    timed_result = cast(BenchmarkResult, run_stage("benchmark", BenchmarkRequest.model_validate(dict(
+        problem=problem, candidate=candidate, device=device, sizes=sizes, baselines=baselines,
+        workdir=str(work / "benchmark"), **common))))
     store.append("benchmarks", run_id, [timed_result])
     store.append("timings", run_id, [t for t in timed_result.timings if t.contender == "candidate"])
     store.append("baselines", run_id, [t for t in timed_result.timings if t.contender != "candidate"])
-    print(f"benchmark {timed_result.status}: {timed_result.failure_kind or ''} {timed_result.message}")
+    kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
+    print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")
     unit = "GPU" if device == "cuda" else "CPU (not comparable with GPU numbers)"
     print(f"{'workload':10s} {'contender':10s} {'median us':>12s} {'95% CI':>24s} {'reps':>5s}   [{unit}]")
     for t in timed_result.timings:

@@ -103,20 +103,21 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
     for name, s in samples.items():
         med, lo, hi = median_ci(s)
         rows.append(Timing(problem_id=req.problem.id, candidate_id=req.candidate.id if name == "candidate" and
-                           req.candidate else None, contender=name, workload=w.name, median_us=med, ci_low_us=lo,
+                           req.candidate else None, contender=name,  # type: ignore[arg-type]
+                           benchmark_for=req.candidate.id if req.candidate else "baseline", workload=w.name, median_us=med, ci_low_us=lo,
                            ci_high_us=hi, min_us=min(s), mean_us=sum(s) / len(s), n_reps=len(s),
                            l2_flushed=timer.flushes_l2, input_sets=len(sets), provenance=prov))
     return rows
 
 
 def _speedup(timings: list[Timing], baseline: str) -> float | None:
-    by = {(t.contender, t.workload): t.median_us for t in timings}
+    by: dict[tuple[str, str], float] = {(t.contender, t.workload): t.median_us for t in timings}
     ratios = [by[(baseline, w)] / by[("candidate", w)] for (c, w) in by if c == "candidate" and (baseline, w) in by]
     return geomean(ratios) if ratios else None
 
 
 def run(req: BenchmarkRequest) -> BenchmarkResult:
-    started, notes = time.perf_counter(), []
+    started, notes = time.perf_counter(), list[str]()
     set_precision(req.problem.policy)
     module = import_problem(req.problem.path)
     timer = Timer(req.device)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -21,9 +22,8 @@ def write_source(candidate: Candidate, workdir: str | Path) -> Path:
     return path
 
 
-def load_model_class(candidate: Candidate, workdir: str | Path) -> type[torch.nn.Module]:
-    if candidate.backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
-        raise CandidateFault("unavailable", "Triton needs a GPU, or TRITON_INTERPRET=1 to run on CPU")
+def import_candidate(candidate: Candidate, workdir: str | Path) -> ModuleType:
+    """Import the candidate's module from a real file; a failure or a missing ModelNew is the candidate's fault."""
     path = write_source(candidate, workdir)
     try:
         module = import_file(path, path.stem)
@@ -32,4 +32,10 @@ def load_model_class(candidate: Candidate, workdir: str | Path) -> type[torch.nn
     cls = getattr(module, "ModelNew", None)
     if not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module)):
         raise CandidateFault("import_error", "the module defines no class ModelNew(nn.Module)")
-    return cls
+    return module
+
+
+def load_model_class(candidate: Candidate, workdir: str | Path) -> type[torch.nn.Module]:
+    if candidate.backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        raise CandidateFault("unavailable", "Triton needs a GPU, or TRITON_INTERPRET=1 to run on CPU")
+    return import_candidate(candidate, workdir).ModelNew

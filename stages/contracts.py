@@ -19,6 +19,7 @@ def sha256_text(text: str) -> str:
 Backend = Literal["triton", "cuda", "torch"]
 Device = Literal["cuda", "cpu"]
 SizeSet = Literal["gpu", "cpu"]
+Baseline = Literal["eager", "compile"]
 FailureKind = Literal[
     "compile_error",  # the toolchain rejected the source
     "import_error",  # the module failed to import or defines no ModelNew
@@ -167,7 +168,7 @@ class VerifyRequest(StageRequest):
     problem: Problem
     candidate: Candidate
     device: Device = "cpu"
-    sizes: list[SizeSet] = Field(default_factory=lambda: ["cpu"], description="workload sets to verify on")
+    sizes: list[SizeSet] = Field(default=["cpu"], description="workload sets to verify on")
     trials: int = Field(default=5, ge=1, description="fresh-input trials per workload")
     seed: int = Field(default=0, description="base seed; trials derive their own")
 
@@ -187,7 +188,7 @@ class BenchmarkRequest(StageRequest):
     candidate: Candidate | None = Field(default=None, description="None times only the baselines")
     device: Device = "cpu"
     sizes: SizeSet = "cpu"
-    baselines: list[Literal["eager", "compile"]] = Field(default_factory=lambda: ["eager", "compile"])
+    baselines: list[Baseline] = Field(default=["eager", "compile"], description="baselines timed alongside")
     min_reps: int = Field(default=20, ge=3, description="repetitions per contender before the stop test")
     max_reps: int = Field(default=300, ge=3, description="repetitions per contender at most")
     target_rel_ci: float = Field(default=0.02, description="stop when the 95% CI width / median is below this")
@@ -217,6 +218,8 @@ class Timing(Contract):
 
     problem_id: str
     candidate_id: str | None = Field(description="candidate id; None for a baseline")
+    benchmark_for: str = Field(description="candidate id of the benchmark call that timed this row, interleaved "
+                               "with the others of that call ('baseline' for a baseline-only call)")
     contender: Literal["candidate", "eager", "compile"]
     workload: str
     median_us: float = Field(description="median time per call, microseconds")

@@ -25,7 +25,7 @@ def write_atomic(path: str | Path, text: str) -> None:
 
 def main(request_cls: type[BaseModel], run: Callable) -> None:
     if len(sys.argv) != 3:
-        sys.exit(f"usage: python -m {sys.modules['__main__'].__spec__.name} REQUEST.json RESULT.json")
+        sys.exit(f"usage: python -m stages.<stage> REQUEST.json RESULT.json (got {sys.argv[1:]})")
     request = request_cls.model_validate_json(Path(sys.argv[1]).read_text())
     try:
         result = run(request)

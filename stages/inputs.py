@@ -43,7 +43,7 @@ def trial_seed(base: int, *parts: object) -> int:
 
 def draw(module: ModuleType, workload: Workload, seed: int, distribution: str, device: str) -> list[Any]:
     torch.manual_seed(seed)
-    values = workload_call(module, workload, "get_inputs")
+    values = workload_call(module, workload, "get_inputs", device=device)
     out = []
     for v in values:
         if isinstance(v, torch.Tensor):

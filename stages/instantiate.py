@@ -50,11 +50,13 @@ def build(module: ModuleType, new_cls: type[torch.nn.Module] | None, workload: W
           seed: int) -> tuple[torch.nn.Module, torch.nn.Module | None]:
     init = workload_call(module, workload, "get_init_inputs")
     torch.manual_seed(seed)
-    ref = module.Model(*init).to(device).eval()
+    with torch.device(device):  # parameters are created (and initialized) on the device directly
+        ref = module.Model(*init).to(device).eval()
     if new_cls is None:
         return ref, None
     torch.manual_seed(seed)
-    new = guarded(new_cls, *init)
+    with torch.device(device):
+        new = guarded(new_cls, *init)
     own = new.state_dict()
     shared = {k: v for k, v in ref.state_dict().items() if k in own and own[k].shape == v.shape}
     new.load_state_dict(shared, strict=False)

@@ -99,16 +99,17 @@ def load_problem(path: str | Path) -> Problem:
                    gpu_workloads=gpu, cpu_workloads=cpu, tolerance=tolerance, policy=policy)
 
 
-def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = "", meta: bool = False) -> Any:
-    """Call get_inputs/get_init_inputs with the workload's constants set (restored afterwards)."""
+def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = "", meta: bool = False,
+                  device: str | None = None) -> Any:
+    """Call get_inputs/get_init_inputs with the workload's constants set (restored afterwards).
+
+    With `device`, tensors the function creates are created there directly (no multi-GB CPU draw and copy);
+    `meta` gives shapes and dtypes only."""
     saved = {k: getattr(module, k) for k in workload.params}
     try:
         for k, v in workload.params.items():
             setattr(module, k, v)
-        if meta:  # shapes and dtypes only: no memory for GPU-size inputs
-            with torch.device("meta"):
-                result = getattr(module, fn)()
-        else:
+        with torch.device("meta" if meta else device or "cpu"):
             result = getattr(module, fn)()
     except ProblemError:
         raise

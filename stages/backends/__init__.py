@@ -1,0 +1,52 @@
+"""Compile backends, one per file, found by name in BACKENDS; each exposes `compile(req) -> CompileResult`.
+
+A backend runs in a process dedicated to one compile (stages.compile sees to that), so it may set the
+environment, patch process-wide functions and import the candidate without restoring anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import importlib.metadata
+import platform
+import shutil
+import subprocess
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from stages import candidate
+from stages.contracts import CompileRequest, CompileResult
+
+BACKENDS = {"cuda": "stages.backends.cuda", "triton": "stages.backends.triton", "torch": "stages.backends.pytorch"}
+
+
+def backend(name: str) -> ModuleType:
+    return importlib.import_module(BACKENDS[name])
+
+
+@functools.cache
+def toolchain() -> dict[str, str]:
+    """Versions of what compiles here: torch, triton, python, and nvcc's release line when nvcc is on the PATH."""
+    tools = {"torch": torch.__version__, "python": platform.python_version()}
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        tools["triton"] = importlib.metadata.version("triton")
+    if nvcc := shutil.which("nvcc"):
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+        tools["nvcc"] = next((line for line in out if "release" in line), out[-1] if out else "unknown")
+    return tools
+
+
+def result(req: CompileRequest, **fields: Any) -> CompileResult:
+    """A CompileResult for this request; `fields` gives status, mode, message, kernels, blobs, ..."""
+    fields.setdefault("status", "ok")
+    fields.setdefault("mode", "none")
+    return CompileResult(candidate_id=req.candidate.id, problem_id=req.candidate.problem_id,
+                         backend=req.candidate.backend, arch=req.arch, toolchain=toolchain(), **fields)
+
+
+def import_candidate(req: CompileRequest) -> ModuleType:
+    return candidate.import_candidate(req.candidate, req.workdir)

@@ -1,0 +1,11 @@
+"""Plain PyTorch candidates: nothing to compile; the module must import and define ModelNew."""
+
+from __future__ import annotations
+
+from stages.backends import import_candidate, result
+from stages.contracts import CompileRequest, CompileResult
+
+
+def compile(req: CompileRequest) -> CompileResult:
+    import_candidate(req)
+    return result(req, mode="none", message="plain PyTorch candidate: imports and defines ModelNew; nothing to compile")

@@ -1,0 +1,153 @@
+"""Triton candidates, compiled ahead of time for the target GPU on a machine without one.
+
+Runs in a process dedicated to this compile (see stages.compile), so it sets what it needs and restores nothing:
+1. TRITON_INTERPRET is removed before the candidate is imported, so @triton.jit makes real JITFunctions.
+2. A stand-in Triton driver reports the target (e.g. sm_90a -> GPUTarget("cuda", 90, 32)); no GPU is touched.
+3. ModelNew runs forward once on the problem's first GPU workload built on the `meta` device (or, failing that,
+   on its first CPU workload as small CPU tensors) with JITFunction.run switched to warmup=True: Triton binds
+   the arguments, specializes and compiles exactly as a real launch would, and launches nothing.
+   Autotuned kernels compile every config (the GPU worker picks one by timing).
+4. The compiled kernels are harvested from the JIT caches (stages.harvest), as a GPU worker would do.
+Without a problem in the request only the static checks run (imports, ModelNew, kernels found).
+A Triton compile error is the candidate's fault (compile_error, log kept); a capture that fails for another
+reason (forward needs a GPU, a toolchain failure) leaves the binaries to the GPU worker and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from artifacts.blobs import put_text
+from stages.backends import import_candidate, result
+from stages.contracts import CompileRequest, CompileResult, Problem, Workload
+from stages.errors import CandidateFault, InfrastructureError
+from stages.harvest import harvest_triton, triton_kernels
+from stages.problem import import_file, workload_call
+
+
+class CaptureFailed(Exception):
+    """No forward pass could be run here to learn the kernels' launch arguments (not the candidate's fault)."""
+
+
+class _TargetDriver:
+    """Stands in for Triton's CUDA driver: names the target; compiling needs nothing else."""
+
+    def __init__(self, capability: int):
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", capability, 32)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+def _capability(arch: str) -> int:
+    m = re.fullmatch(r"sm_(\d+)a?", arch)
+    if m is None:
+        raise InfrastructureError(f"cannot read a CUDA compute capability from arch {arch!r}")
+    return int(m.group(1))
+
+
+def _is_compile_fault(e: Exception) -> bool:
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import PTXASError
+
+    return isinstance(e, (CompilationError, PTXASError)) or "PassManager" in str(e)
+
+
+def _intercept_launches(errors: list[str]) -> None:
+    """Make every launch compile only (warmup=True); record compile errors even if the candidate catches them."""
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    real_run = JITFunction.run
+
+    def compile_only(self, *args, grid, warmup, **kwargs):
+        try:
+            return real_run(self, *args, grid=grid, warmup=True, **kwargs)
+        except Exception as e:
+            if _is_compile_fault(e):
+                errors.append(f"{self.fn.__name__}: {type(e).__name__}: {e}")
+            raise
+
+    def every_config(self, *args, **kwargs):
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        for config in self.prune_configs(kwargs):
+            self.fn.run(*args, **kwargs, **config.all_kwargs())
+
+    JITFunction.run = compile_only
+    Autotuner.run = every_config
+
+
+def _forward_once(cls: type, problem: Problem, workdir: str, kernels: dict[str, Any]) -> str:
+    """Run ModelNew once (launches compile only); returns which workload and device it used."""
+    path = Path(workdir) / f"kf_problem_{problem.id}.py"
+    path.write_text(problem.source)
+    pmod = import_file(path, "kf_problem_" + re.sub(r"\W", "_", problem.id))
+    attempts: list[tuple[str, Workload]] = [("meta", problem.gpu_workloads[0])]
+    attempts += [("cpu", w) for w in problem.cpu_workloads[:1]]
+    why = []
+    for device, w in attempts:
+        for fn in kernels.values():
+            fn.device_caches.clear()  # a half-finished attempt must not leave its variants behind
+        try:
+            init = workload_call(pmod, w, "get_init_inputs", problem.path)
+            inputs = workload_call(pmod, w, "get_inputs", problem.path, meta=device == "meta")
+            with torch.no_grad(), torch.device(device):
+                cls(*init)(*inputs)
+            return f"{w.name} {w.params} on {device} tensors"
+        except Exception as e:
+            if _is_compile_fault(e):
+                raise
+            why.append(f"{w.name} on {device}: {type(e).__name__}: {e}")
+    raise CaptureFailed("; ".join(why))
+
+
+def compile(req: CompileRequest) -> CompileResult:
+    os.environ.pop("TRITON_INTERPRET", None)
+    from triton.runtime import driver
+
+    driver.set_active(_TargetDriver(_capability(req.arch)))
+    module: ModuleType = import_candidate(req)
+    kernels = triton_kernels(module)
+    if not kernels:
+        raise CandidateFault("compile_error", "no @triton.jit kernel found in the module")
+    names = ", ".join(kernels)
+    if req.problem is None:
+        return result(req, mode="on_gpu_worker", message=f"imports; kernels found: {names}. No problem given, "
+                      "so no launch arguments: binaries are produced at first launch on the GPU worker")
+    errors: list[str] = []
+    _intercept_launches(errors)
+    reason = ""
+    try:
+        where = _forward_once(module.ModelNew, req.problem, req.workdir, kernels)
+    except CaptureFailed as e:
+        where = None
+        reason = f"forward could not run here ({e})"
+    except Exception as e:  # a compile fault; its text is in `errors` too
+        where, reason = None, f"{type(e).__name__}: {e}"
+    if errors:
+        log = put_text(req.blob_dir, "\n\n".join(errors))
+        return result(req, status="failed", failure_kind="compile_error", message=errors[0][:2000], blobs={"log": log})
+    rows, blobs = harvest_triton(module, req.blob_dir)
+    if where is None or not rows:
+        reason = reason if where is None else f"forward at {where} launched no Triton kernel"
+        return result(req, mode="on_gpu_worker", kernels=rows, blobs=blobs, message=f"kernels found: {names}. "
+                      f"Ahead-of-time capture failed: {reason}. Binaries are produced at first launch on the GPU worker")
+    unlaunched = sorted(set(kernels) - {r.name.split(".")[0] for r in rows})
+    note = f"; not launched (helpers or other paths): {', '.join(unlaunched)}" if unlaunched else ""
+    return result(req, mode="ahead_of_time", kernels=rows, blobs=blobs,
+                  message=f"compiled for {req.arch} from launches captured at {where}: "
+                          f"{', '.join(r.name for r in rows)}{note}")

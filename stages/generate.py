@@ -1,0 +1,20 @@
+"""Stage `generate`: propose new candidates for a problem through the named proposer."""
+
+from __future__ import annotations
+
+from stages.contracts import GenerateRequest, GenerateResult
+from stages.errors import KernelflowError
+from stages.proposers import PROPOSERS
+
+
+def run(req: GenerateRequest) -> GenerateResult:
+    proposer = PROPOSERS.get(req.proposer)
+    if proposer is None:
+        raise KernelflowError(f"unknown proposer {req.proposer!r}; known: {sorted(PROPOSERS)}")
+    return proposer(req)
+
+
+if __name__ == "__main__":
+    from stages.entry import main
+
+    main(GenerateRequest, run)

@@ -1,0 +1,11 @@
+"""Template families of the builtin proposer, found by name. Each module has
+`match(problem, module) -> Plan` (raises TemplateMismatch with the reason), `variants(plan) -> list[dict]`
+(parameter sets, best guess first) and `render(plan, params) -> str` (the candidate module's source)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from stages.templates import elementwise, rowwise
+
+TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise}

@@ -1,0 +1,79 @@
+"""The row program: what a template family renders, lowered from the reference's torch.fx graph.
+
+Every value is one of three kinds: `elem` (one per element of the full tensor), `row` (one per row,
+the result of a reduction over the last dim) or `scalar` (a literal or a float attribute of the model).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from stages.errors import KernelflowError
+
+Kind = Literal["elem", "row", "scalar"]
+Reduction = Literal["sum", "max", "min", "argmax"]
+
+
+class TemplateMismatch(KernelflowError):
+    """A template family does not apply to a problem; the reason says why."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True)
+class Value:
+    text: str  # a line name, a literal, or a scalar kernel argument
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class Line:
+    """One SSA assignment in the kernel: a load, a reduction over the row, or a pointwise expression."""
+
+    name: str
+    kind: Kind
+    deps: tuple[str, ...] = ()  # names of the lines it reads
+    expr: str = ""  # pointwise: the Triton expression
+    load: int | None = None  # load: index of the operand
+    reduce: Reduction | None = None  # reduction of deps[0] over the row
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A tensor the kernel reads: a forward argument or a parameter of the model."""
+
+    expr: str  # how forward names it: 'x', 'self.norm.weight'
+    broadcast: bool  # its shape is a proper suffix of the full shape (read modulo its size)
+
+
+@dataclass(frozen=True)
+class Program:
+    args: tuple[str, ...]  # forward's argument names
+    operands: tuple[Operand, ...]
+    full: int  # index of an operand whose shape is the full shape
+    scalars: tuple[str, ...]  # forward expressions passed as scalar arguments s0, s1, ...
+    helpers: tuple[str, ...]  # names of the @triton.jit helpers the lines call
+    lines: tuple[Line, ...]
+    output: str  # the line stored
+    out_kind: Kind
+    out_keepdim: bool  # a row output keeps the reduced dim as size 1
+    out_dtype: str  # e.g. 'torch.float32'
+
+    def line(self, name: str) -> Line:
+        return next(line for line in self.lines if line.name == name)
+
+    @property
+    def reduces(self) -> bool:
+        return any(line.reduce for line in self.lines)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a family matched: the lowered program and the reference class to subclass."""
+
+    problem_id: str
+    program: Program
+    reference: str  # source of the problem's Model renamed _Reference, with the module names it needs

@@ -1,0 +1,74 @@
+"""Assemble a candidate module: imports, kernels, the problem's Model as _Reference, and ModelNew."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from stages.templates.pointwise import HELPERS
+from stages.templates.program import Program, TemplateMismatch
+
+HEADER = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+"""
+_PROVIDED = {"torch", "nn", "F", "triton", "tl"}
+_HARNESS = {"Model", "get_inputs", "get_init_inputs", "WORKLOADS", "TOLERANCE", "POLICY"}
+
+
+def _binds(stmt: ast.stmt) -> set[str]:
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def _names(node: ast.AST) -> set[str]:
+    """Names read in node that its functions do not bind as arguments (those may be module-level)."""
+    args = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - args
+
+
+def reference_source(problem_source: str) -> str:
+    """The problem's Model class renamed _Reference, after the module-level definitions it uses."""
+    tree = ast.parse(problem_source)
+    model = next((s for s in tree.body if isinstance(s, ast.ClassDef) and s.name == "Model"), None)
+    if model is None:
+        raise TemplateMismatch("the problem defines no class Model")
+    wanted, kept = _names(model) - _PROVIDED, []
+    for stmt in reversed(tree.body):  # later definitions may use earlier ones
+        bound = _binds(stmt) - _HARNESS
+        if bound & wanted:
+            kept.append(stmt)
+            wanted |= _names(stmt) - _PROVIDED
+    kept.reverse()
+    parts = [ast.get_source_segment(problem_source, s) or "" for s in kept]
+    text = ast.get_source_segment(problem_source, model) or ""
+    parts.append(re.sub(r"\bModel\b", "_Reference", text))
+    return "\n\n".join(parts)
+
+
+def operand_prologue(program: Program) -> list[str]:
+    return [f"p{i} = {op.expr}.contiguous()" for i, op in enumerate(program.operands)]
+
+
+def output_alloc(program: Program) -> str:
+    full = f"p{program.full}"
+    shape = f"{full}.shape" if program.out_kind == "elem" else f"{full}.shape[:-1]"
+    if program.out_kind == "row" and program.out_keepdim:
+        shape = f"(*{full}.shape[:-1], 1)"
+    return f"out = torch.empty({shape}, device={full}.device, dtype={program.out_dtype})"
+
+
+def module_source(program: Program, reference: str, kernels: list[str], forward_body: list[str]) -> str:
+    helpers = [HELPERS[name] for name in program.helpers]
+    signature = ", ".join(("self", *program.args))
+    body = "\n".join("        " + line for line in forward_body)
+    model_new = f"class ModelNew(_Reference):\n    def forward({signature}):\n{body}\n"
+    return "\n\n".join([HEADER, *helpers, *kernels, reference, model_new])

@@ -1,0 +1,16 @@
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on CPU tensors in tests (before triton is imported)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def prefect_harness():
+    """Prefect's own test harness: a temporary database and API for flow-level tests (~10 s to start)."""
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness():
+        yield

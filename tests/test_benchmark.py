@@ -1,0 +1,40 @@
+"""Benchmark on CPU: interleaved contenders, intervals, provenance, re-checked timed outputs."""
+
+from pathlib import Path
+
+from stages.contracts import BenchmarkRequest, Candidate, Origin
+from stages.executor import run_stage
+from stages.problem import load_problem
+from stages.timing import median_ci
+
+ROOT = Path(__file__).resolve().parent.parent
+SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
+
+
+def bench(name: str, tmp_path: Path, **kw):
+    source = (ROOT / "tests" / "fixtures" / "adversarial" / f"{name}.py").read_text()
+    candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
+    request = BenchmarkRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
+                               candidate=candidate, baselines=["eager"], min_reps=10, max_reps=40, **kw)
+    return run_stage("benchmark", request, "inline")
+
+
+def test_times_candidate_and_eager_per_workload(tmp_path: Path):
+    result = bench("good", tmp_path)
+    assert result.status == "ok" and result.recheck_passed
+    assert {(t.contender, t.workload) for t in result.timings} == {
+        (c, w.name) for c in ("candidate", "eager") for w in SOFTMAX.cpu_workloads}
+    for t in result.timings:
+        assert t.ci_low_us <= t.median_us <= t.ci_high_us and 10 <= t.n_reps <= 40
+        assert t.provenance.device == "cpu" and not t.l2_flushed and t.input_sets >= 2
+    assert result.speedup_vs_eager > 0 and result.speedup_vs_compile is None
+
+
+def test_outputs_of_timed_calls_are_rechecked(tmp_path: Path):
+    result = bench("right_only_when_verified", tmp_path)
+    assert (result.status, result.failure_kind) == ("failed", "mismatch") and "timed call" in result.message
+
+
+def test_median_ci_is_an_order_statistic_interval():
+    med, lo, hi = median_ci([float(x) for x in range(1, 102)])
+    assert med == 51 and 40 <= lo < 51 < hi <= 62

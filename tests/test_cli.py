@@ -1,0 +1,40 @@
+"""The command line, as a user runs it."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ADV = ROOT / "tests" / "fixtures" / "adversarial"
+
+
+def kf(*args: str, store: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "kernelflow.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          env={"KERNELFLOW_STORE": str(store), "PATH": "/usr/bin:/bin:/usr/local/bin"}, timeout=300)
+
+
+def test_validate_names_the_broken_file(tmp_path: Path):
+    out = kf("problems", "validate", "problems/01_softmax.py", "tests/fixtures/broken_problems/no_model.py",
+             store=tmp_path)
+    assert out.returncode == 1 and "ok      problems/01_softmax.py" in out.stdout
+    assert "BROKEN  problem file" in out.stdout and "no_model.py: defines no class Model" in out.stdout
+
+
+def test_verify_accepts_good_and_rejects_with_reason(tmp_path: Path):
+    good = kf("verify", "problems/01_softmax.py", str(ADV / "good.py"), "--device", "cpu", store=tmp_path)
+    assert good.returncode == 0 and "VERIFIED" in good.stdout, good.stdout + good.stderr
+    bad = kf("verify", "problems/01_softmax.py", str(ADV / "input_mutation.py"), "--device", "cpu", store=tmp_path)
+    assert bad.returncode == 1 and "input_mutation" in bad.stdout and "REJECTED" in bad.stderr
+
+
+def test_bench_prints_timings_labelled_cpu(tmp_path: Path):
+    out = kf("bench", "problems/01_softmax.py", str(ADV / "good.py"), "--device", "cpu", store=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "CPU (not comparable with GPU numbers)" in out.stdout and "speedup vs eager" in out.stdout
+    assert (tmp_path / "tables" / "timings").is_dir() and (tmp_path / "tables" / "baselines").is_dir()
+
+
+def test_cuda_candidate_on_cpu_is_refused_with_reason(tmp_path: Path):
+    relu = ROOT / "tests" / "fixtures" / "candidates" / "cuda_relu.py"
+    out = kf("verify", "problems/09_silu.py", str(relu), "--device", "cpu", store=tmp_path)
+    assert out.returncode == 1 and "compile  ok" in out.stdout and "unavailable: CUDA C++ candidates run only on a GPU" in out.stdout

@@ -1,0 +1,73 @@
+"""The builtin proposer: every variant it proposes matches the reference on the CPU workloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from stages import generate
+from stages.candidate import load_model_class
+from stages.contracts import Candidate, GenerateRequest, Origin
+from stages.problem import import_problem, load_problem, workload_call
+from stages.templates import TEMPLATES
+
+PROBLEMS = sorted(Path(__file__).resolve().parents[1].glob("problems/*.py"))
+COVERED = {"01_softmax", "02_log_softmax", "03_layernorm", "04_rmsnorm", "05_gelu_tanh", "06_row_mean", "07_row_max",
+           "09_silu", "14_residual_layernorm", "15_add_rmsnorm", "17_elementwise_chain", "18_scaled_bias_softmax"}
+
+
+def assert_matches(candidate: Candidate, path: Path, workdir: Path) -> None:
+    """ModelNew, with Model's weights, within rtol 1e-4 and atol 1e-4 x RMS of Model's output at every CPU workload."""
+    problem, module = load_problem(path), import_problem(path)
+    model_new = load_model_class(candidate, workdir)
+    for workload in problem.cpu_workloads:
+        torch.manual_seed(0)
+        init = workload_call(module, workload, "get_init_inputs")
+        reference = module.Model(*init)
+        new = model_new(*init)
+        new.load_state_dict(reference.state_dict())
+        inputs = workload_call(module, workload, "get_inputs")
+        with torch.no_grad():
+            ref, out = reference(*inputs), new(*inputs)
+        assert out.shape == ref.shape and out.dtype == ref.dtype, (workload.name, out.shape, ref.shape)
+        allowed = 1e-4 * ref.float().pow(2).mean().sqrt() + 1e-4 * ref.abs()
+        assert ((out - ref).abs() <= allowed).all(), (candidate.origin.params, workload.name, (out - ref).abs().max())
+
+
+@pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
+def test_every_proposed_variant_matches_the_reference(path: Path, tmp_path: Path) -> None:
+    result = generate.run(GenerateRequest(problem=load_problem(path), n=3))
+    assert bool(result.candidates) == (path.stem in COVERED), result.message
+    for candidate in result.candidates:
+        assert_matches(candidate, path, tmp_path)
+
+
+@pytest.mark.parametrize("stem", ["01_softmax", "03_layernorm", "06_row_mean", "15_add_rmsnorm", "18_scaled_bias_softmax"])
+def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) -> None:
+    path = next(p for p in PROBLEMS if p.stem == stem)
+    problem = load_problem(path)
+    plan = TEMPLATES["rowwise"].match(problem, import_problem(path))
+    params = {"num_warps": 4, "max_block_d": 32}  # CPU rows are wider than 32: every row takes the looped kernel
+    source = TEMPLATES["rowwise"].render(plan, params)
+    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
+                   path, tmp_path)
+
+
+def test_matmul_gets_no_candidate_and_a_reason() -> None:
+    result = generate.run(GenerateRequest(problem=load_problem(next(p for p in PROBLEMS if "matmul" in p.stem)), n=4))
+    assert result.candidates == [] and "unsupported op 'matmul'" in result.message
+
+
+def test_exclusion_seed_and_parent() -> None:
+    problem = load_problem(next(p for p in PROBLEMS if p.stem == "09_silu"))
+    first = generate.run(GenerateRequest(problem=problem, n=3)).candidates
+    assert [c.id for c in generate.run(GenerateRequest(problem=problem, n=3)).candidates] == [c.id for c in first]
+    rest = generate.run(GenerateRequest(problem=problem, n=100, exclude_ids=[c.id for c in first])).candidates
+    assert len(rest) == 8 - 3 and not {c.id for c in rest} & {c.id for c in first}
+    assert generate.run(GenerateRequest(problem=problem, n=1, seed=1)).candidates[0].id != first[0].id
+    child = generate.run(GenerateRequest(problem=problem, n=2, parent=first[0])).candidates
+    assert all(c.parent_id == first[0].id for c in child)
+    near = {"BLOCK": 1024, "num_warps": 8}, {"BLOCK": 2048, "num_warps": 4}
+    assert child[0].origin.params in near and first[0].origin.params == {"BLOCK": 1024, "num_warps": 4}

@@ -1,0 +1,47 @@
+"""Artifact round trip: rows in, the same values out through pandas; blobs by content hash."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from artifacts.blobs import put_bytes
+from artifacts.store import Store
+from stages.contracts import Candidate, Origin, Provenance, Timing, VerifyResult
+
+
+def test_rows_round_trip_through_parquet(tmp_path: Path):
+    store = Store(tmp_path)
+    cand = Candidate.make("p", "triton", "src", Origin(kind="builtin", proposer="rowwise", params={"BLOCK": 1024}))
+    store.append("candidates", "run-a", [cand])
+    store.append("verifications", "run-a", [VerifyResult(candidate_id=cand.id, problem_id="p", status="failed",
+                                                         failure_kind="nan", device="cpu", sizes=["cpu"])])
+    store.append("verifications", "run-b", [VerifyResult(candidate_id="x", problem_id="p", status="ok",
+                                                         device="cpu", sizes=["cpu"], max_err_ratio=0.5)])
+    frame = pd.read_parquet(tmp_path / "tables" / "verifications")
+    assert sorted(frame.run_id.astype(str)) == ["run-a", "run-b"] and set(frame.failure_kind.dropna()) == {"nan"}
+    back = store.read("candidates", "run-a").iloc[0]
+    assert (back.id, back.origin_proposer, back.origin_params) == (cand.id, "rowwise", '{"BLOCK": 1024}')
+
+
+def test_timings_carry_flat_provenance(tmp_path: Path):
+    prov = Provenance(device="cpu", device_name="x86", torch="2", python="3.11", hostname="h", code_version="abc",
+                      tf32=False)
+    row = Timing(problem_id="p", candidate_id=None, contender="eager", benchmark_for="baseline", workload="cpu0", median_us=2.0, ci_low_us=1.0,
+                 ci_high_us=3.0, min_us=1.0, mean_us=2.0, n_reps=9, l2_flushed=False, input_sets=2, provenance=prov)
+    Store(tmp_path).append("baselines", "r", [row])
+    frame = Store(tmp_path).read("baselines")
+    assert frame.provenance_code_version.iloc[0] == "abc" and frame.median_us.iloc[0] == 2.0
+
+
+def test_no_partial_parts_and_unknown_table_refused(tmp_path: Path):
+    store = Store(tmp_path)
+    with pytest.raises(ValueError):
+        store.append("nope", "r", [Origin(kind="user", proposer="x")])
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_blobs_are_content_addressed(tmp_path: Path):
+    sha = put_bytes(tmp_path, b"ptx text")
+    assert put_bytes(tmp_path, b"ptx text") == sha and Store(tmp_path.parent / "s").blob_dir.exists()
+    assert (tmp_path / sha[:2] / sha).read_bytes() == b"ptx text"
