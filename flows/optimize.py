@@ -128,7 +128,7 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
             print(f"[{len(run.tried)}/{budget}] {candidate.id} {candidate.origin.proposer} {candidate.origin.params}: "
                   + (f"verified, {speedup:.3f}x eager" if speedup else "rejected (see leaderboard)"))
             if speedup and (run.best is None or speedup > run.best[0]):
-                run.best = (speedup, candidate.model_copy(update={"parent_id": parent.id if parent else None}))
+                run.best = (speedup, candidate)
             update_progress_artifact(progress, 100.0 * len(run.tried) / budget)
 
 

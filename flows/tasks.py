@@ -59,10 +59,12 @@ def toolchain_fingerprint() -> str:
 
 
 def compile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """Everything that determines a compile's output: source, backend, arch, toolchain, problem shapes."""
+    """Everything that determines a compile's output: source, backend, arch, toolchain, problem shapes, and
+    the blob directory its artifacts live in (a cached result must point at blobs that exist)."""
     req: CompileRequest = parameters["req"]
     problem = req.problem.source_sha256 if req.problem else "-"
-    text = "\n".join([req.candidate.backend, req.candidate.source, req.arch, toolchain_fingerprint(), problem])
+    text = "\n".join([req.candidate.backend, req.candidate.source, req.arch, toolchain_fingerprint(), problem,
+                      req.blob_dir])
     return "compile-" + hashlib.sha256(text.encode()).hexdigest()
 
 

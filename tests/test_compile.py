@@ -100,3 +100,9 @@ def test_harvest_triton_with_nothing_compiled_is_empty(tmp_path):
     module.kernel = JITFunction(_never_launched)
     assert list(triton_kernels(module)) == ["_never_launched"]
     assert harvest_triton(module, str(tmp_path)) == ([], {})
+
+
+def test_without_nvcc_the_cuda_backend_is_off_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # nvcc lives in /usr/local/bin here
+    res, _ = compile_fixture(tmp_path, "cuda_relu", "cuda", with_problem=False)
+    assert (res.status, res.failure_kind, res.message) == ("failed", "unavailable", "nvcc not found on PATH: CUDA backend off")

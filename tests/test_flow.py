@@ -28,3 +28,27 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path, capsys):
     assert cli(["show", summary["run_id"], "--store", str(tmp_path)]) == 0
     shown = capsys.readouterr().out
     assert summary["best_candidate_id"] in shown and "verified" in shown and "baseline medians" in shown
+
+
+def test_compile_is_cached_and_failures_are_rows(prefect_harness, tmp_path: Path):
+    from prefect import flow
+
+    from flows.tasks import compile_task
+    from stages.contracts import Candidate, CompileRequest, Origin
+    from stages.problem import load_problem
+
+    problem = load_problem(ROOT / "tests" / "fixtures" / "problems" / "add.py")
+    source = (ROOT / "tests" / "fixtures" / "candidates" / "triton_add.py").read_text()
+    candidate = Candidate.make(problem.id, "triton", source, Origin(kind="user", proposer="fixture"))
+    broken = Candidate.make(problem.id, "triton", "import torch\nthis is not python\n", Origin(kind="user", proposer="x"))
+
+    @flow
+    def twice() -> list:
+        req = CompileRequest(candidate=candidate, problem=problem, workdir=str(tmp_path / "w"),
+                             blob_dir=str(tmp_path / "b"))
+        bad = req.model_copy(update={"candidate": broken})
+        return [compile_task(r, "subprocess", return_state=True) for r in (req, req, bad)]
+
+    first, second, bad = twice()
+    assert first.result().status == "ok" and second.name == "Cached" and second.result() == first.result()
+    assert bad.is_completed() and bad.result().failure_kind == "import_error"
