@@ -8,7 +8,9 @@ TORCH   ?= torch==2.13.0
 TRITON  ?= triton==3.6.0
 export PREFECT_HOME ?= $(CURDIR)/.kernelflow/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export PREFECT_LOGGING_LEVEL ?= WARNING
+export PREFECT_LOGGING_LEVEL ?= INFO
+# the flow's own progress lines stay visible; per-task state lines do not
+export PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL ?= WARNING
 DEMO_PROBLEM ?= problems/17_elementwise_chain.py
 DEMO_BUDGET  ?= 6
 

@@ -122,6 +122,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"run {run_id}: {r.problem_id} on {r.device} ({r.sizes} shapes), {r.status}: {r.stop_reason}")
     print(f"candidates {r.n_candidates}, verified {r.n_verified}, best {r.best_candidate_id} "
           f"({r.best_speedup_vs_eager} x eager)\n")
+    if r.device == "cpu":
+        print("CPU run: Triton candidates ran in Triton's interpreter, so these times show that the pipeline works "
+              "and say nothing about GPU speed.\n")
     print(render(leaderboard(store, run_id)))
     base = baselines(store, run_id)
     if not base.empty:
