@@ -52,3 +52,47 @@ def test_compile_is_cached_and_failures_are_rows(prefect_harness, tmp_path: Path
     first, second, bad = twice()
     assert first.result().status == "ok" and second.name == "Cached" and second.result() == first.result()
     assert bad.is_completed() and bad.result().failure_kind == "import_error"
+
+
+def test_only_infrastructure_faults_are_retried(prefect_harness):
+    from prefect import flow, task
+
+    from flows.tasks import infrastructure_only
+    from stages.errors import InfrastructureError
+
+    calls = {"infra": 0, "other": 0}
+
+    @task(retries=2, retry_delay_seconds=0, retry_condition_fn=infrastructure_only)
+    def flaky(kind: str) -> str:
+        calls[kind] += 1
+        if calls[kind] == 1:
+            raise InfrastructureError("store unreachable") if kind == "infra" else ValueError("candidate's own bug")
+        return "ok"
+
+    @flow
+    def both() -> list:
+        return [flaky(k, return_state=True) for k in ("infra", "other")]
+
+    infra, other = both()
+    assert infra.result() == "ok" and calls["infra"] == 2
+    assert other.is_failed() and calls["other"] == 1
+
+
+def test_flow_publishes_leaderboard_artifact(prefect_harness, tmp_path: Path):
+    from prefect.client.orchestration import get_client
+
+    from flows.optimize import main as optimize
+
+    optimize(str(ROOT / "problems" / "09_silu.py"), budget=1, store=str(tmp_path), device="cpu")
+    with get_client(sync_client=True) as client:
+        keys = {a.key for a in client.read_artifacts()}
+    assert "leaderboard-09-silu" in keys
+
+
+def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_harness, tmp_path: Path):
+    from flows.optimize import main as optimize
+
+    summary = optimize(str(ROOT / "problems" / "08_matmul_fp32.py"), budget=2, store=str(tmp_path), device="cpu")
+    assert summary["best_candidate_id"] is None and "nothing more to propose" in summary["stop_reason"]
+    base = pd.read_parquet(tmp_path / "tables" / "baselines")
+    assert set(base.benchmark_for) == {"baseline"} and len(base) == 2  # eager on both CPU shapes
