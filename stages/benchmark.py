@@ -39,7 +39,7 @@ def failed(req: BenchmarkRequest, kind: FailureKind, message: str, blobs: dict[s
 def _input_sets(module: Any, w: Workload, req: BenchmarkRequest, timer: Timer) -> list[list[Any]]:
     first = draw(module, w, trial_seed(req.seed, w.name, "bench", 0), "declared", req.device)
     size = max(nbytes(first), 1)
-    want = 2 if not timer.flushes_l2 else min(8, max(2, math.ceil(4 * 60e6 / size)))
+    want = min(8, max(2, math.ceil(4 * timer.l2_bytes / size)))  # together several times the L2, 2 to 8 sets
     return [first] + [draw(module, w, trial_seed(req.seed, w.name, "bench", k), "declared", req.device)
                       for k in range(1, want)]
 

@@ -16,9 +16,10 @@ class Timer:
     def __init__(self, device: str):
         self.device = device
         self.flush_buffer: torch.Tensor | None = None
+        self.l2_bytes = 0
         if device == "cuda":
-            l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-            self.flush_buffer = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.float32, device="cuda")
+            self.l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+            self.flush_buffer = torch.empty(max(2 * self.l2_bytes, 64 << 20) // 4, dtype=torch.float32, device="cuda")
 
     @property
     def flushes_l2(self) -> bool:
