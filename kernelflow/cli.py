@@ -42,6 +42,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if broken else 0
 
 
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from stages.peaks import KNOWN_PEAKS
+    from stages.roofline import main as roofline
+
+    if args.gpu not in KNOWN_PEAKS:
+        print(f"no ceilings known for {args.gpu!r}; known: {', '.join(KNOWN_PEAKS)}", file=sys.stderr)
+        return 1
+    return roofline(args.paths, gpu=args.gpu)
+
+
 def _judge(args: argparse.Namespace, timed: bool) -> int:
     from artifacts.store import Store
     from stages.contracts import (
@@ -166,6 +176,10 @@ def parser() -> argparse.ArgumentParser:
     v = pr.add_parser("validate", help="check problem files (or directories of them)")
     v.add_argument("paths", nargs="+")
     v.set_defaults(fn=cmd_validate)
+    rf = pr.add_parser("roofline", help="counted work, SOL floor and bottleneck class per GPU shape")
+    rf.add_argument("paths", nargs="+")
+    rf.add_argument("--gpu", default="NVIDIA H200", help="ceilings of this GPU (stages/peaks.py)")
+    rf.set_defaults(fn=cmd_roofline)
     for name, timed in (("verify", False), ("bench", True)):
         sp = sub.add_parser(name, help=f"{'verify and time' if timed else 'verify'} your own ModelNew file")
         sp.add_argument("problem")

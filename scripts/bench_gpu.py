@@ -92,19 +92,37 @@ def ratio(t: dict, baseline: str) -> str:
     return f"{t[baseline][0] / t['candidate'][0]:.2f}" if baseline in t and "candidate" in t else "-"
 
 
+def sol_floors(problem_id: str, gpu: str) -> dict[str, float]:
+    """Analytic SOL floor per GPU workload (counted work over the machine's ceilings); empty if unknown GPU."""
+    from stages.peaks import peaks_for
+    from stages.problem import load_problem
+    from stages.roofline import count_work, sol_floor_us
+
+    peaks = peaks_for(gpu)
+    if peaks is None:
+        return {}
+    problem = load_problem(ROOT / "problems" / f"{problem_id}.py")
+    return {w.name: sol_floor_us(count_work(problem, w), peaks, problem.policy) for w in problem.gpu_workloads}
+
+
 def render() -> str:
     rows = [json.loads(p.read_text()) for p in sorted((ROOT / "bench" / "results").glob("*.json"))]
     lines = ["| problem | workload | eager us | torch.compile us | best candidate us | x eager | x compile | "
-             "best (family, params) | verified/tried |", "|---|---|---|---|---|---|---|---|---|"]
+             "SOL floor us (fraction) | best (family, params) | verified/tried |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        floors = sol_floors(r["problem"], r.get("provenance", {}).get("device_name", ""))
         for i, (w, t) in enumerate(sorted(r["workloads"].items())):
             first = i == 0
             origin = " ".join(map(str, r.get("best_origin", []))) if first else ""
             tried = f"{r['n_verified']}/{r['n_candidates']}" if first else ""
+            sol = (f"{floors[w]:.0f} ({floors[w] / t['candidate'][0]:.2f})" if w in floors and "candidate" in t
+                   else "-")
             lines.append(f"| {r['problem'] if first else ''} | {w} | {fmt(t.get('eager'))} | {fmt(t.get('compile'))} | "
-                         f"{fmt(t.get('candidate'))} | {ratio(t, 'eager')} | {ratio(t, 'compile')} | {origin} | {tried} |")
+                         f"{fmt(t.get('candidate'))} | {ratio(t, 'eager')} | {ratio(t, 'compile')} | {sol} | {origin} | "
+                         f"{tried} |")
         if not r["workloads"]:
-            lines.append(f"| {r['problem']} | - | - | - | - | - | - | {r['stop_reason'][:80]} | 0/0 |")
+            lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | {r['stop_reason'][:80]} | 0/0 |")
     return "\n".join(lines)
 
 

@@ -38,3 +38,11 @@ def test_cuda_candidate_on_cpu_is_refused_with_reason(tmp_path: Path):
     relu = ROOT / "tests" / "fixtures" / "candidates" / "cuda_relu.py"
     out = kf("verify", "problems/09_silu.py", str(relu), "--device", "cpu", store=tmp_path)
     assert out.returncode == 1 and "compile  ok" in out.stdout and "unavailable: CUDA C++ candidates run only on a GPU" in out.stdout
+
+
+def test_roofline_prints_floor_and_class(tmp_path: Path):
+    out = kf("problems", "roofline", "problems/01_softmax.py", "problems/10_matmul_bf16.py", store=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "01_softmax" in out.stdout and "memory" in out.stdout and "compute" in out.stdout
+    unknown = kf("problems", "roofline", "problems/01_softmax.py", "--gpu", "Some GPU", store=tmp_path)
+    assert unknown.returncode == 1 and "no ceilings known" in unknown.stderr
