@@ -1,5 +1,7 @@
 """The optimize flow end to end on CPU under Prefect's test harness: every artifact kept, leaderboard shown."""
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -10,7 +12,7 @@ from kernelflow.cli import main as cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path, capsys):
+def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
     from flows.optimize import main as optimize
 
     summary = optimize(str(ROOT / "problems" / "17_elementwise_chain.py"), budget=3, store=str(tmp_path),
@@ -25,8 +27,10 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path, capsys):
     for blob in tables["verifications"].blobs:
         for sha in json.loads(blob).values():
             assert (tmp_path / "blobs" / sha[:2] / sha).is_file()
-    assert cli(["show", summary["run_id"], "--store", str(tmp_path)]) == 0
-    shown = capsys.readouterr().out
+    buffer = io.StringIO()  # not capsys: Prefect's log handler would keep its stream after the test closes it
+    with contextlib.redirect_stdout(buffer):
+        assert cli(["show", summary["run_id"], "--store", str(tmp_path)]) == 0
+    shown = buffer.getvalue()
     assert summary["best_candidate_id"] in shown and "verified" in shown and "baseline medians" in shown
 
 
