@@ -152,6 +152,8 @@ class KernelBinary(Contract):
     spill_stores_bytes: int | None = Field(default=None, description="bytes spilled to local memory (stores)")
     spill_loads_bytes: int | None = Field(default=None, description="bytes loaded back from local memory")
     stack_bytes: int | None = Field(default=None, description="stack frame per thread, bytes")
+    sass: dict[str, int | float | None] | None = Field(
+        default=None, description="static SASS instruction statistics, see stages/sass.py (SassStats)")
 
 
 class CompileResult(StageResult):

@@ -19,6 +19,7 @@ from typing import Any
 
 from artifacts.blobs import put_bytes, put_text
 from stages.contracts import KernelBinary
+from stages.sass import sass_stats
 
 
 def _triton_bin() -> Path | None:
@@ -79,14 +80,23 @@ def sass(cubin: bytes) -> str | None:
     return proc.stdout if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def put_binaries(blob_dir: str, blobs: dict[str, str], key: str, ptx: str | None, cubin: bytes | None) -> None:
-    """Store ptx:<key>, cubin:<key> and sass:<key> (when cuobjdump can read the cubin)."""
+def put_binaries(blob_dir: str, blobs: dict[str, str], key: str, ptx: str | None, cubin: bytes | None) -> str | None:
+    """Store ptx:<key>, cubin:<key> and sass:<key> (when cuobjdump can read the cubin); returns the SASS text."""
+    text = None
     if ptx:
         blobs[f"ptx:{key}"] = put_text(blob_dir, ptx)
     if cubin:
         blobs[f"cubin:{key}"] = put_bytes(blob_dir, cubin)
         if (text := sass(cubin)) is not None:
             blobs[f"sass:{key}"] = put_text(blob_dir, text)
+    return text
+
+
+def with_sass(rows: list[KernelBinary], text: str | None, name: str | None = None) -> list[KernelBinary]:
+    """Rows with their static SASS statistics, matched by kernel name (or by `name` for every row)."""
+    stats = sass_stats(text) if text else {}
+    return [row.model_copy(update={"sass": stats[key].model_dump()}) if (key := name or row.name) in stats else row
+            for row in rows]
 
 
 # --- Triton -------------------------------------------------------------------------------------------------
@@ -135,13 +145,14 @@ def _ptxas_report(kernel: Any) -> KernelBinary | None:
 
 def triton_row(key: str, kernel: Any, blob_dir: str, blobs: dict[str, str]) -> KernelBinary:
     """Blobs and a row for one CompiledKernel. shared_bytes is Triton's (dynamic) shared memory per block."""
-    put_binaries(blob_dir, blobs, key, kernel.asm.get("ptx"), kernel.asm.get("cubin"))
+    text = put_binaries(blob_dir, blobs, key, kernel.asm.get("ptx"), kernel.asm.get("cubin"))
     try:
         report = _ptxas_report(kernel)
     except Exception:  # no ptxas here: fall back to what the driver reported at load, if it loaded
         report = None
     row = report or KernelBinary(name=key, registers=getattr(kernel, "n_regs", None))
-    return row.model_copy(update={"name": key, "shared_bytes": kernel.metadata.shared})
+    row = row.model_copy(update={"name": key, "shared_bytes": kernel.metadata.shared})
+    return with_sass([row], text, kernel.metadata.name)[0]
 
 
 def harvest_triton(module: ModuleType, blob_dir: str) -> tuple[list[KernelBinary], dict[str, str]]:

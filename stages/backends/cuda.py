@@ -27,7 +27,7 @@ from artifacts.blobs import put_text
 from stages.backends import import_candidate, result
 from stages.contracts import CompileRequest, CompileResult, KernelBinary
 from stages.errors import CandidateFault
-from stages.harvest import parse_ptxas, put_binaries
+from stages.harvest import parse_ptxas, put_binaries, with_sass
 
 IMPLICIT_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"  # as load_inline adds
 ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code")
@@ -161,10 +161,10 @@ def compile(req: CompileRequest) -> CompileResult:
                 raise_msg = f"nvcc failed on {key}: " + ("\n".join(errors[:10]) or log[-2000:])
                 return result(req, status="failed", failure_kind="compile_error", message=raise_msg, blobs=blobs)
             ptx = next((build / "keep").glob("*.ptx"), None)
-            put_binaries(req.blob_dir, blobs, key, ptx.read_text() if ptx else None,
-                         (build / file).with_suffix(".cubin").read_bytes())
+            sass_text = put_binaries(req.blob_dir, blobs, key, ptx.read_text() if ptx else None,
+                                     (build / file).with_suffix(".cubin").read_bytes())
             shutil.rmtree(build / "keep")  # preprocessed intermediates: tens of MB
-            rows += parse_ptxas(log)
+            rows += with_sass(parse_ptxas(log), sass_text)
     blobs["log"] = put_text(req.blob_dir, "\n".join(logs))
     return result(req, mode="ahead_of_time", kernels=rows, blobs=blobs,
                   message=f"binaries for inspection built here for {req.arch}; the extension is built by load_inline "
