@@ -280,3 +280,90 @@ class RunRecord(Contract):
     best_speedup_vs_compile: float | None = None
     code_version: str
     prefect_flow_run_id: str | None = Field(default=None, description="the Prefect flow run, for the UI")
+
+
+# ---- profiling and semantic feedback (issue 3) ----
+
+Bound = Literal["compute", "memory", "latency", "mixed"]
+
+
+class ProfileRequest(StageRequest):
+    problem: Problem
+    candidate: Candidate
+    device: Device = "cuda"
+    workload: str | None = Field(default=None, description="GPU workload to profile; None: the first")
+    energy_calls: int = Field(default=50, ge=1, description="calls in the timed loop the energy counter spans")
+
+
+class KernelProfile(Contract):
+    """One kernel as Nsight Compute measured it (metrics keep ncu's names and base units)."""
+
+    kernel: str = Field(description="kernel name as ncu reports it (demangled)")
+    invocations: int = Field(description="launches of this kernel in one forward call")
+    duration_us: float | None = Field(default=None, description="gpu__time_duration.sum per launch, microseconds")
+    metrics: dict[str, float | None] = Field(default_factory=dict, description="ncu metric name -> value")
+
+
+class ProfileResult(StageResult):
+    device: Device
+    workload: str = Field(description="workload profiled")
+    counters: Literal["ncu", "unavailable"] = Field(description="whether hardware counters were read")
+    counters_reason: str = Field(default="", description="why counters are unavailable, when they are")
+    ncu_version: str | None = None
+    kernels: list[KernelProfile] = Field(default_factory=list)
+    time_us: float | None = Field(default=None, description="median time per forward call (events, L2 flushed)")
+    energy_j_per_call: float | None = Field(default=None, description="NVML total-energy delta / calls")
+    flops: float | None = Field(default=None, description="counted work of the workload (stages/roofline.py)")
+    bytes_min: float | None = Field(default=None, description="fewest bytes the workload must move")
+    achieved_flops_per_s: float | None = None
+    achieved_bytes_per_s: float | None = Field(default=None, description="bytes_min / time (a lower bound)")
+    sol_floor_us: float | None = None
+    sol_fraction: float | None = Field(default=None, description="sol_floor_us / time_us")
+    bound: Bound | None = Field(default=None, description="bottleneck class")
+    bound_source: Literal["counters", "analytic"] | None = Field(default=None, description="what decided bound")
+
+
+ActionKind = Literal[
+    "vectorize_access",  # wider, coalesced global loads/stores
+    "raise_occupancy",  # fewer registers or less shared memory per block, other block size
+    "remove_spills",  # cut register pressure: smaller tiles, fewer live values
+    "use_tensor_cores",  # tl.dot / mma / wgmma for matmul-like work
+    "pad_shared_memory",  # remove shared-memory bank conflicts (padding, swizzle)
+    "reduce_divergence",  # uniform control flow per warp
+    "hide_memory_latency",  # more loads in flight: pipelining stages, more warps, prefetch
+    "more_parallelism",  # more blocks / split the work (split-K, split rows) / fix the tail wave
+    "fuse_kernels",  # fewer launches: fuse producer/consumer kernels
+    "reduce_dram_traffic",  # read each byte once: fuse passes, keep rows resident, reuse tiles
+    "increase_ilp",  # more independent work per thread (unroll, multiple accumulators)
+    "cheaper_instructions",  # fast-math intrinsics, fewer special-function ops, lower-energy instruction mix
+]
+
+
+class Action(Contract):
+    """A structured change the builtin proposer can apply (parameters are hints, e.g. {"num_warps": 8})."""
+
+    kind: ActionKind
+    params: dict[str, Any] = Field(default_factory=dict, description="suggested parameter changes")
+
+
+class Finding(Contract):
+    """What one micro-profiling tool concluded about one kernel."""
+
+    tool: str = Field(description="registry name of the tool")
+    kernel: str | None = Field(default=None, description="kernel it concerns; None for the whole call")
+    severity: float = Field(ge=0, le=1, description="estimated share of the time this could recover (0..1)")
+    diagnosis: str = Field(description="what the numbers say, in plain words, with the numbers")
+    recommendation: str = Field(description="what to change, in plain words")
+    action: Action
+    evidence: dict[str, float | int | str | None] = Field(default_factory=dict, description="the numbers used")
+
+
+class Feedback(Contract):
+    """A row of the feedback table: the findings for one profiled candidate, and their text for prompts."""
+
+    problem_id: str
+    candidate_id: str
+    bound: Bound | None
+    tools_run: list[str] = Field(description="tools the bottleneck class selected")
+    findings: list[Finding] = Field(default_factory=list, description="triggered findings, most severe first")
+    text: str = Field(description="the findings as prompt-ready plain text")
