@@ -20,7 +20,8 @@ from stages.contracts import StageRequest, StageResult
 from stages.entry import INFRA_EXIT
 from stages.errors import InfrastructureError
 
-STAGES = {"compile": "stages.compile", "verify": "stages.verify", "benchmark": "stages.benchmark"}
+STAGES = {"compile": "stages.compile", "verify": "stages.verify", "benchmark": "stages.benchmark",
+          "profile": "stages.profile"}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 Mode = Literal["inline", "subprocess"]
 
