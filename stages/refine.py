@@ -1,0 +1,55 @@
+"""Refine stage: the micro-profiling tools' findings on one candidate, as Feedback (KernelPro's stage two).
+
+`run(req)` takes the bottleneck class from the evidence, else decides it (stages/classify.py: counters, else
+counted work), runs the tools that class selects (stages.tools.select), keeps their findings most severe first
+(at most max_findings; below MIN_SEVERITY they are noise and dropped) and renders `text`: a compact plain-words block for a generator's prompt (class, time
+against the SOL floor, then each finding as diagnosis -> recommendation). Pure: no GPU, no I/O, no Prefect.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from stages.classify import classify
+from stages.contracts import Contract, Feedback, Finding
+from stages.tools import Evidence, select
+
+MIN_SEVERITY = 0.01  # findings estimated to recover less than 1% of the time are left out
+
+
+class RefineRequest(Contract):
+    evidence: Evidence = Field(description="what the tools read: profile, binaries, counted work, peaks")
+    max_findings: int | None = Field(default=None, ge=1, description="keep at most this many findings; None: all")
+
+
+def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
+    """The findings as prompt-ready plain text."""
+    lines = [f"Bottleneck class: {ev.bound or 'unknown'}" + (f" (decided by {source})." if source else ".")]
+    if ev.time_us is not None and ev.sol_floor_us:
+        lines.append(f"Time {ev.time_us:.1f} us against a speed-of-light floor of {ev.sol_floor_us:.1f} us "
+                     f"({ev.sol_floor_us / ev.time_us:.0%} of speed of light).")
+    if not findings:
+        lines.append("No micro-profiling tool found a specific problem.")
+    for i, f in enumerate(findings, 1):
+        where = f" in {f.kernel}" if f.kernel else ""
+        lines.append(f"{i}. [{f.tool}, ~{f.severity:.0%} of the time]{where}: {f.diagnosis} -> {f.recommendation}")
+    return "\n".join(lines)
+
+
+def run(req: RefineRequest) -> Feedback:
+    ev = req.evidence
+    source = None  # a class given with the evidence is reported as given
+    if ev.bound is None:
+        bound, source = classify(ev.profile, ev.work, ev.peaks, ev.time_us)
+        ev = ev.model_copy(update={"bound": bound})
+    tools = select(ev.bound)
+    found = [f for t in tools for f in t.check(ev) if f.severity >= MIN_SEVERITY]
+    findings = sorted(found, key=lambda f: -f.severity)[:req.max_findings]
+    return Feedback(problem_id=ev.problem_id, candidate_id=ev.candidate_id, bound=ev.bound,
+                    tools_run=[t.NAME for t in tools], findings=findings, text=render(ev, source, findings))
+
+
+if __name__ == "__main__":
+    from stages.entry import main
+
+    main(RefineRequest, run)

@@ -1,0 +1,85 @@
+"""Refine stage and stage-one classification: class -> tools -> ordered findings -> prompt text."""
+
+from __future__ import annotations
+
+import pytest
+
+from stages.classify import classify, classify_counters
+from stages.contracts import KernelBinary
+from stages.refine import RefineRequest, run
+from stages.sass import sass_stats
+from stages.tools import TOOLS, select
+from tests.test_tools import H200, evidence, work
+
+SNIPPET = """
+		Function : _Z9scale_rowPKfPfi
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E R4, desc[UR8][R2.64] ;
+        /*0020*/                   LDG.E R5, desc[UR8][R2.64+0x4] ;
+        /*0030*/                   STL [R1], R4 ;
+        /*0040*/                   LDL R6, [R1] ;
+        /*0050*/                   FMUL R6, R6, R5 ;
+        /*0060*/                   STG.E desc[UR8][R8.64], R6 ;
+        /*0070*/                   EXIT ;
+"""
+
+
+def test_memory_bound_evidence_runs_memory_tools_only_and_orders_findings():
+    ev = evidence({"dram__bytes_read.sum": 1000 * 1e6, "launch__grid_size": 100.0,
+                   "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 40e6,  # 2.5x the 16 of 128-bit loads
+                   "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": 60.0},  # compute-only tool: not run
+                  bound=None)
+    fb = run(RefineRequest(evidence=ev))
+    assert fb.bound == "memory" and fb.tools_run == [t.NAME for t in select("memory")]
+    assert not {"costly_instructions", "fma_low_ilp", "tensor_cores_unused"} & set(fb.tools_run)
+    assert [f.tool for f in fb.findings] == ["dram_excess", "uncoalesced_access", "tail_wave"]
+    assert [f.severity for f in fb.findings] == sorted((f.severity for f in fb.findings), reverse=True)
+    assert fb.text.startswith("Bottleneck class: memory (decided by counters).")
+    assert "3.0x" in fb.text and "1. [dram_excess" in fb.text and "3. [tail_wave" in fb.text
+    assert run(RefineRequest(evidence=ev, max_findings=1)).findings == fb.findings[:1]
+
+
+def test_without_counters_the_analytic_class_is_used_and_static_tools_still_fire():
+    [(name, stats)] = sass_stats(SNIPPET).items()
+    binary = KernelBinary(name=name, registers=40, spill_stores_bytes=4, spill_loads_bytes=4, sass=stats.model_dump())
+    ev = evidence(profiled=False, bound=None, binaries=[binary], work=work(), time_us=200.0)
+    fb = run(RefineRequest(evidence=ev))
+    assert fb.bound == "memory" and "(decided by analytic)" in fb.text
+    assert {f.tool for f in fb.findings} == {"spills", "uncoalesced_access"}
+    assert all(f.kernel == "_Z9scale_rowPKfPfi" for f in fb.findings) and "32 bits wide" in fb.text
+
+
+def test_given_class_is_kept_and_healthy_evidence_says_so():
+    fb = run(RefineRequest(evidence=evidence(bound="compute", work=work(matmul_share=0.99))))
+    assert (fb.bound, fb.findings) == ("compute", []) and "No micro-profiling tool" in fb.text
+
+
+def test_findings_on_negligible_kernels_are_dropped():
+    ev = evidence({"smsp__thread_inst_executed_per_inst_executed.ratio": 8.0}, bound="compute")
+    tiny = ev.profile.kernels[0].model_copy(update={"kernel": "fill", "duration_us": 0.01})
+    ev.profile.kernels[0] = ev.profile.kernels[0].model_copy(
+        update={"metrics": {**ev.profile.kernels[0].metrics, "smsp__thread_inst_executed_per_inst_executed.ratio": 31.0}})
+    ev.profile.kernels.append(tiny)
+    assert [f.tool for f in TOOLS["warp_divergence"].check(ev)] == ["warp_divergence"]
+    assert run(RefineRequest(evidence=ev)).findings == []
+
+
+def test_request_round_trips_as_json():
+    req = RefineRequest(evidence=evidence(), max_findings=3)
+    assert RefineRequest.model_validate_json(req.model_dump_json()) == req
+
+
+@pytest.mark.parametrize(("dram", "sm", "bound"), [
+    (90, 35, "memory"), (20, 85, "compute"), (70, 65, "mixed"), (25, 30, "latency"), (45, 38, "memory")])
+def test_counters_decide_the_class(dram, sm, bound):
+    ev = evidence({"dram__throughput.avg.pct_of_peak_sustained_elapsed": dram,
+                   "sm__throughput.avg.pct_of_peak_sustained_elapsed": sm})
+    assert classify(ev.profile, ev.work, H200) == (bound, "counters")
+
+
+def test_short_call_is_latency_bound_and_no_counters_fall_back_to_analytic():
+    ev = evidence()
+    assert ev.profile is not None and classify_counters(ev.profile, H200) == "memory"
+    assert classify_counters(ev.profile.model_copy(update={"time_us": 8.0}), H200) == "latency"
+    off = ev.profile.model_copy(update={"counters": "unavailable", "kernels": []})
+    assert classify(off, work(), H200) == ("memory", "analytic") and classify(off, None, None) == (None, None)
