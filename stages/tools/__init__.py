@@ -7,7 +7,7 @@ A tool is a module with
   or counted work; when it fires, a diagnosis with the numbers, a recommendation in plain words and an Action
   the builtin proposer can apply. A tool whose inputs are missing (None, or no counters here) says nothing.
 
-Metrics keep ncu's raw names and base units (stages/profile.py collects them); they are read per launch, and a
+Metrics keep ncu's raw names and base units (stages/ncu.py collects them); they are read per launch, and a
 kernel's share of the call is its duration x invocations over the sum for all profiled kernels (`share`).
 Severity is each tool's rough estimate of the share of the call's time its fix could recover (each docstring
 says how); a per-kernel estimate is multiplied by the kernel's share.
