@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from artifacts import tables
 from artifacts.blobs import get_bytes
 
-TABLES = ("runs", "problems", "candidates", "compiles", "verifications", "benchmarks", "timings", "baselines")
+TABLES = ("runs", "problems", "candidates", "compiles", "verifications", "benchmarks", "timings", "baselines",
+          "profiles", "feedback")
 
 
 def default_root() -> Path:

@@ -19,16 +19,18 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 
 from artifacts.leaderboard import leaderboard, render
 from artifacts.store import Store
-from flows.tasks import benchmark_task, compile_task, generate_task, verify_task
+from flows.tasks import benchmark_task, compile_task, generate_task, profile_task, refine_task, verify_task
 from stages.contracts import (
     Backend,
     Baseline,
     BenchmarkRequest,
     Candidate,
     CompileRequest,
+    CompileResult,
     Device,
     GenerateRequest,
     Problem,
+    ProfileRequest,
     RunRecord,
     SizeSet,
     VerifyRequest,
@@ -36,7 +38,9 @@ from stages.contracts import (
 from stages.errors import StopSearch
 from stages.executor import Mode
 from stages.problem import load_problem
+from stages.profiling_policy import ProfilingPolicy, should_profile, structure
 from stages.provenance import code_version
+from stages.refine import RefineRequest, evidence
 
 
 def _now() -> str:
@@ -46,7 +50,8 @@ def _now() -> str:
 class Run:
     """The state of one optimize run and how it records what happens."""
 
-    def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str):
+    def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str,
+                 profiling: ProfilingPolicy):
         self.id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
         self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
         self.record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
@@ -55,6 +60,9 @@ class Run:
         self.tried: list[str] = []
         self.best: tuple[float, Candidate] | None = None
         self.verified = 0
+        self.profiling = profiling
+        self.compiled: dict[str, CompileResult] = {}
+        self.promoted_structures: list[str] = []
         store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
 
@@ -77,6 +85,7 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baselin
     compiled = compile_task(CompileRequest(candidate=candidate, problem=problem, **run.request_fields(
         candidate, "compile", timeout_s)), mode)
     store.append("compiles", run.id, [compiled])
+    run.compiled[candidate.id] = compiled
     if compiled.status != "ok":
         return None
     sizes: list[SizeSet] = ["cpu", "gpu"] if run.device == "cuda" and problem.cpu_workloads else [run.sizes]
@@ -107,8 +116,29 @@ def baseline_only(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: fl
     run.store.append("baselines", run.id, timed.timings)
 
 
+def profile_promoted(run: Run, candidate: Candidate, mode: Mode, timeout_s: float) -> None:
+    """Delayed profiling: profile a promoted candidate when the policy says so, then turn it into feedback."""
+    compiled = run.compiled.get(candidate.id)
+    go, why = should_profile(run.profiling, candidate, compiled, True, run.promoted_structures)
+    run.promoted_structures.append(structure(candidate, compiled))
+    print(f"profile {candidate.id}: {why}")
+    if not go:
+        return
+    # the first GPU shape: measured on a GPU; on a CPU its analytic roofline (advice for the GPU we target)
+    profiled = profile_task(ProfileRequest(problem=run.problem, candidate=candidate, device=run.device,
+                                           **run.request_fields(candidate, "profile", timeout_s)),
+                            mode, str(run.store.root), compiled)
+    run.store.append("profiles", run.id, [profiled])
+    if profiled.status != "ok":
+        return
+    gpu = torch.cuda.get_device_name() if run.device == "cuda" else None
+    feedback = refine_task(RefineRequest(evidence=evidence(run.problem, candidate, compiled, profiled, gpu)))
+    run.store.append("feedback", run.id, [feedback])
+    print(feedback.text)
+
+
 def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Backend | None, seed: int,
-           evaluate_one) -> None:
+           evaluate_one, profile_one) -> None:
     """Propose from the incumbent, evaluate, keep the best; raises StopSearch with the reason."""
     started = time.monotonic()
     progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
@@ -129,6 +159,7 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
                   + (f"verified, {speedup:.3f}x eager" if speedup else "rejected (see leaderboard)"))
             if speedup and (run.best is None or speedup > run.best[0]):
                 run.best = (speedup, candidate)
+                profile_one(candidate)
             update_progress_artifact(progress, 100.0 * len(run.tried) / budget)
 
 
@@ -136,7 +167,7 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
 def optimize(problem_path: str, budget: int = 8, store: str | None = None, device: Device | None = None,
              sizes: SizeSet | None = None, proposer: str = "builtin", backend: Backend | None = None,
              baselines: list[Baseline] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
-             stage_timeout_s: float = 600.0, seed: int = 0) -> dict:
+             stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True) -> dict:
     problem = load_problem(problem_path)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
@@ -144,11 +175,12 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
               "as such and never compared with GPU numbers.")
     sizes = sizes or ("gpu" if device == "cuda" or not problem.cpu_workloads else "cpu")
     baselines = baselines if baselines is not None else (["eager", "compile"] if device == "cuda" else ["eager"])
-    run = Run(problem, Store(store), device, sizes, budget, proposer)
+    run = Run(problem, Store(store), device, sizes, budget, proposer, ProfilingPolicy(enabled=profile))
     print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), budget {budget}, store {run.store.root}")
     try:
         greedy(run, budget, wall_time_s, proposer, backend, seed,
-               lambda c: evaluate(run, c, executor, baselines, stage_timeout_s))
+               lambda c: evaluate(run, c, executor, baselines, stage_timeout_s),
+               lambda c: profile_promoted(run, c, executor, stage_timeout_s))
     except StopSearch as stop:
         if run.verified == 0:  # still record what the user already has: the baselines, timed alone
             baseline_only(run, baselines, executor, stage_timeout_s)

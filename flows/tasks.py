@@ -17,19 +17,23 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from flows.gpu_lock import gpu_lock
-from stages import generate
+from stages import generate, refine
 from stages.contracts import (
     BenchmarkRequest,
     BenchmarkResult,
     CompileRequest,
     CompileResult,
+    Feedback,
     GenerateRequest,
     GenerateResult,
+    ProfileRequest,
+    ProfileResult,
     VerifyRequest,
     VerifyResult,
 )
 from stages.errors import InfrastructureError
 from stages.executor import Mode, run_stage
+from stages.refine import RefineRequest
 
 
 def infrastructure_only(task: Any, task_run: Any, state: Any) -> bool:
@@ -68,6 +72,27 @@ def compile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     return "compile-" + hashlib.sha256(text.encode()).hexdigest()
 
 
+@cache
+def profiler_fingerprint() -> str:
+    """The GPU and the profiler a profile depends on."""
+    from stages.ncu import find_ncu
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    ncu = find_ncu()
+    version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip() if ncu else "no-ncu"
+    return f"{gpu}|{version.splitlines()[-1] if version else ''}"
+
+
+def profile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
+    """(binaries, GPU, ncu version): the candidate's compiled binaries stand for it, with its source and workload."""
+    req: ProfileRequest = parameters["req"]
+    compiled: CompileResult | None = parameters["compiled"]
+    binaries = sorted(compiled.blobs.values()) if compiled else []
+    text = "\n".join([req.candidate.id, *binaries, str(req.workload), req.problem.source_sha256, req.blob_dir,
+                      profiler_fingerprint(), toolchain_fingerprint()])
+    return "profile-" + hashlib.sha256(text.encode()).hexdigest()
+
+
 RETRY: dict[str, Any] = dict(retries=2, retry_delay_seconds=[2, 10], retry_jitter_factor=0.5,
                              retry_condition_fn=infrastructure_only)
 
@@ -85,6 +110,17 @@ def compile_task(req: CompileRequest, mode: Mode) -> CompileResult:
 @task(name="verify", cache_policy=NO_CACHE, **RETRY)
 def verify_task(req: VerifyRequest, mode: Mode) -> VerifyResult:
     return run_stage("verify", req, mode)  # type: ignore[return-value]
+
+
+@task(name="profile", cache_key_fn=profile_cache_key, persist_result=True, **RETRY)
+def profile_task(req: ProfileRequest, mode: Mode, store_root: str, compiled: CompileResult | None) -> ProfileResult:
+    with gpu_lock(Path(store_root), req.device):  # counters and timing need the GPU to themselves
+        return run_stage("profile", req, mode)  # type: ignore[return-value]
+
+
+@task(name="refine", cache_policy=NO_CACHE, **RETRY)
+def refine_task(req: RefineRequest) -> Feedback:
+    return refine.run(req)
 
 
 @task(name="benchmark", cache_policy=NO_CACHE, **RETRY)  # never cached: every timing is measured afresh

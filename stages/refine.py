@@ -11,7 +11,10 @@ from __future__ import annotations
 from pydantic import Field
 
 from stages.classify import classify
-from stages.contracts import Contract, Feedback, Finding
+from stages.contracts import Candidate, CompileResult, Contract, Feedback, Finding, Problem, ProfileResult
+from stages.peaks import peaks_for
+from stages.profile import TARGET_GPU
+from stages.roofline import count_work
 from stages.tools import Evidence, select
 
 MIN_SEVERITY = 0.01  # findings estimated to recover less than 1% of the time are left out
@@ -34,6 +37,18 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
         where = f" in {f.kernel}" if f.kernel else ""
         lines.append(f"{i}. [{f.tool}, ~{f.severity:.0%} of the time]{where}: {f.diagnosis} -> {f.recommendation}")
     return "\n".join(lines)
+
+
+def evidence(problem: Problem, candidate: Candidate, compiled: CompileResult | None, profile: ProfileResult,
+             gpu_name: str | None) -> Evidence:
+    """What the tools read, gathered from the stages' results (counted work recomputed on meta tensors); the
+    profile's class (counters or analytic) is kept, and refine only decides one when the profile has none."""
+    workload = next((w for w in problem.gpu_workloads + problem.cpu_workloads if w.name == profile.workload), None)
+    return Evidence(problem_id=problem.id, candidate_id=candidate.id, bound=profile.bound, time_us=profile.time_us,
+                    sol_floor_us=profile.sol_floor_us, work=count_work(problem, workload) if workload else None,
+                    profile=profile, binaries=compiled.kernels if compiled else [],
+                    peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for
+                    launches_per_call=sum(k.invocations for k in profile.kernels) if profile.kernels else None)
 
 
 def run(req: RefineRequest) -> Feedback:

@@ -24,6 +24,9 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
     assert len(tables["candidates"]) == 3 and len(tables["verifications"]) == 3
     assert set(tables["runs"].status) == {"running", "finished"}
     assert (tables["verifications"].status == "ok").all(), tables["verifications"].message.tolist()
+    profiles, feedback = (pd.read_parquet(tmp_path / "tables" / t) for t in ("profiles", "feedback"))
+    assert len(profiles) >= 1 and set(profiles.counters) == {"unavailable"}  # CPU: analytic roofline only
+    assert set(feedback.bound) == {"memory"} and "Bottleneck class: memory" in feedback.text.iloc[0]
     for blob in tables["verifications"].blobs:
         for sha in json.loads(blob).values():
             assert (tmp_path / "blobs" / sha[:2] / sha).is_file()
