@@ -1,0 +1,171 @@
+"""Capture real profiles and tool findings on the H200: one defect fixture per micro-profiling tool
+(tests/fixtures/defects/<defect>.py against <defect>_problem.py) and the builtin proposer's first candidate for
+three suite problems. Per entry: compile (binaries for the tools), verify (cpu and gpu sizes), profile (time,
+energy, ncu counters), then refine; writes <name>.compile.json, .verify.json, .profile.json and .feedback.json
+under the output dir, and prints a summary table last (also summary.json).
+
+Run from the repo root on the GPU machine (PYTHONPATH set so `stages` imports):
+    python scripts/capture_ncu_fixtures.py --out "$OUT" --max-minutes 8
+Resumable: an entry whose .profile.json and .feedback.json exist is skipped (its row is read back). No new entry
+starts once --max-minutes have passed. `--device cpu` is a dry run (cpu sizes, counters unavailable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from stages import refine  # noqa: E402
+from stages.contracts import (  # noqa: E402
+    Candidate,
+    CompileRequest,
+    GenerateRequest,
+    Origin,
+    Problem,
+    ProfileRequest,
+    VerifyRequest,
+)
+from stages.executor import run_stage  # noqa: E402
+from stages.problem import load_problem  # noqa: E402
+from stages.proposers import builtin  # noqa: E402
+from stages.tools import TOOLS  # noqa: E402
+
+DEFECTS = ROOT / "tests" / "fixtures" / "defects"
+# cheapest ncu first; launch_bound (100 launches under ncu) last among the defects
+DEFECT_NAMES = ["uncoalesced_access", "spills", "low_occupancy", "bank_conflicts", "warp_divergence", "tail_wave",
+                "dram_excess", "tensor_cores_unused", "costly_instructions", "long_scoreboard", "fma_low_ilp",
+                "launch_bound"]
+BUILTIN_PROBLEMS = ["01_softmax", "05_gelu_tanh", "15_add_rmsnorm"]
+
+
+def entries() -> list[tuple[str, Path, Path | None, str | None]]:
+    """(name, problem file, candidate file or None for the builtin proposer's first, expected tool)."""
+    rows = [(d, DEFECTS / f"{d}_problem.py", DEFECTS / f"{d}.py", d) for d in DEFECT_NAMES]
+    return rows + [(f"builtin_{p}", ROOT / "problems" / f"{p}.py", None, None) for p in BUILTIN_PROBLEMS]
+
+
+def candidate_for(problem: Problem, path: Path | None) -> Candidate:
+    if path is None:
+        return builtin.propose(GenerateRequest(problem=problem, n=1)).candidates[0]
+    source = path.read_text()
+    backend = "cuda" if "load_inline" in source else "triton"
+    return Candidate.make(problem.id, backend, source, Origin(kind="user", proposer="defect-fixture"))
+
+
+def prebuild(cuda_files: list[Path], env: dict[str, str]) -> None:
+    """Build every CUDA extension at once (load_inline caches it in TORCH_EXTENSIONS_DIR for the stages)."""
+    code = "import importlib.util as u, sys; s = u.spec_from_file_location('m', sys.argv[1]); " \
+           "s.loader.exec_module(u.module_from_spec(s))"
+    procs = [(f, subprocess.Popen([sys.executable, "-c", code, str(f)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT)) for f in cuda_files]
+    for f, p in procs:
+        out = p.communicate()[0].decode(errors="replace")
+        print(f"prebuild {f.name}: {'ok' if p.returncode == 0 else 'FAILED ' + out[-800:]}", flush=True)
+
+
+def capture(name: str, problem_path: Path, cand_path: Path | None, out: Path, work: Path, device: str) -> None:
+    problem = load_problem(problem_path)
+    cand = candidate_for(problem, cand_path)
+    blobs, wd = str(work / "blobs"), work / name
+    common = dict(blob_dir=blobs, timeout_s=300.0)
+    compiled = run_stage("compile", CompileRequest(workdir=str(wd / "compile"), candidate=cand, problem=problem,
+                                                   **common))
+    (out / f"{name}.compile.json").write_text(compiled.model_dump_json(indent=1))
+    sizes = ["cpu", "gpu"] if device == "cuda" else ["cpu"]
+    verified = run_stage("verify", VerifyRequest(workdir=str(wd / "verify"), problem=problem, candidate=cand,
+                                                 device=device, sizes=sizes, trials=2, **common))
+    (out / f"{name}.verify.json").write_text(verified.model_dump_json(indent=1))
+    prof = run_stage("profile", ProfileRequest(workdir=str(wd / "profile"), problem=problem, candidate=cand,
+                                               device=device, energy_calls=20, **common))
+    (out / f"{name}.profile.json").write_text(prof.model_dump_json(indent=1))
+    gpu = _gpu_name() if prof.device == "cuda" else None
+    ev = refine.evidence(problem, cand, compiled if compiled.status == "ok" else None, prof, gpu)
+    feedback = refine.run(refine.RefineRequest(evidence=ev))
+    every = sorted({f.tool for t in TOOLS.values() for f in t.check(ev) if f.severity >= refine.MIN_SEVERITY})
+    (out / f"{name}.feedback.json").write_text(feedback.model_dump_json(indent=1))
+    (out / f"{name}.extra.json").write_text(json.dumps({
+        "verified": verified.status == "ok", "verify_message": verified.message[:2000],
+        "compile_status": compiled.status, "fired_all_tools": every}, indent=1))
+
+
+def _gpu_name() -> str | None:
+    import torch
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
+def row(name: str, expected: str | None, out: Path) -> dict:
+    prof = json.loads((out / f"{name}.profile.json").read_text())
+    fb = json.loads((out / f"{name}.feedback.json").read_text())
+    extra = json.loads((out / f"{name}.extra.json").read_text()) if (out / f"{name}.extra.json").exists() else {}
+    fired = [f["tool"] for f in fb["findings"]]
+    return {"name": name, "verified": extra.get("verified"), "counters": prof["counters"],
+            "time_us": prof["time_us"], "energy_j_per_call": prof["energy_j_per_call"], "bound": fb["bound"],
+            "fired": fired, "fired_all_tools": extra.get("fired_all_tools"),
+            "expected": expected, "expected_fired": None if expected is None else expected in fired,
+            "profile_status": prof["status"], "counters_reason": prof["counters_reason"][:200]}
+
+
+def fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return ",".join(v) or "-"
+    return {True: "yes", False: "no", None: "-"}.get(v, str(v)) if isinstance(v, bool) or v is None else str(v)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT") or "ncu-capture", help="output dir (default $OUT)")
+    ap.add_argument("--work", default="/tmp/kf-capture", help="scratch dir: workdirs, blobs, torch extensions")
+    ap.add_argument("--max-minutes", type=float, default=8.0, help="start no new entry after this long")
+    ap.add_argument("--only", default="", help="comma-separated substrings; run only entries matching one")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a dry run without counters")
+    ap.add_argument("--no-prebuild", action="store_true", help="do not build the CUDA extensions up front")
+    args = ap.parse_args()
+    out, work = Path(args.out), Path(args.work)
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(work / "torch_extensions"))
+    started = time.perf_counter()
+    todo = [e for e in entries() if not args.only or any(s and s in e[0] for s in args.only.split(","))]
+    pending = [e for e in todo if not ((out / f"{e[0]}.profile.json").exists()
+                                       and (out / f"{e[0]}.feedback.json").exists())]
+    cuda_files = [e[2] for e in pending if e[2] is not None and "load_inline" in e[2].read_text()]
+    if args.device == "cuda" and cuda_files and not args.no_prebuild:
+        prebuild(cuda_files, dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
+    for name, problem_path, cand_path, _ in pending:
+        elapsed = (time.perf_counter() - started) / 60
+        if elapsed > args.max_minutes:
+            print(f"budget: {elapsed:.1f} min spent, skipping {name}", flush=True)
+            continue
+        t0 = time.perf_counter()
+        try:
+            capture(name, problem_path, cand_path, out, work, args.device)
+            print(f"{name}: done in {time.perf_counter() - t0:.0f} s", flush=True)
+        except Exception as e:  # one entry's failure must not lose the others
+            print(f"{name}: FAILED {type(e).__name__}: {e}"[:3000], flush=True)
+    rows = [row(n, exp, out) for n, _, _, exp in todo
+            if (out / f"{n}.profile.json").exists() and (out / f"{n}.feedback.json").exists()]
+    (out / "summary.json").write_text(json.dumps(rows, indent=1))
+    cols = ["name", "verified", "counters", "time_us", "energy_j_per_call", "bound", "fired", "expected_fired",
+            "fired_all_tools"]
+    table = [cols] + [[fmt(r[c]) for c in cols] for r in rows]
+    widths = [max(len(t[i]) for t in table) for i in range(len(cols))]
+    print(f"\nsummary ({(time.perf_counter() - started) / 60:.1f} min; fired_all_tools: every tool run, "
+          "whatever the class selects)")
+    for t in table:
+        print("  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
