@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from stages.classify import classify, classify_counters
@@ -83,3 +85,22 @@ def test_short_call_is_latency_bound_and_no_counters_fall_back_to_analytic():
     assert classify_counters(ev.profile.model_copy(update={"time_us": 8.0}), H200) == "latency"
     off = ev.profile.model_copy(update={"counters": "unavailable", "kernels": []})
     assert classify(off, work(), H200) == ("memory", "analytic") and classify(off, None, None) == (None, None)
+
+
+def test_evidence_from_stage_results_lets_counters_decide_the_class():
+    from stages.contracts import Candidate, KernelProfile, Origin, ProfileResult
+    from stages.problem import load_problem
+    from stages.refine import evidence as gather
+
+    problem = load_problem(Path(__file__).parent.parent / "problems" / "01_softmax.py")
+    cand = Candidate.make(problem.id, "triton", "src", Origin(kind="builtin", proposer="rowwise"))
+    measured = {"dram__throughput.avg.pct_of_peak_sustained_elapsed": 88.0,
+                "sm__throughput.avg.pct_of_peak_sustained_elapsed": 31.0, "gpu__time_duration.sum": 600_000.0}
+    profile = ProfileResult(candidate_id=cand.id, problem_id=problem.id, status="ok", device="cuda", workload="gpu0",
+                            counters="ncu", time_us=600.0, sol_floor_us=499.4, bound="compute",
+                            bound_source="analytic", kernels=[KernelProfile(kernel="k", invocations=1,
+                                                                            duration_us=600.0, metrics=measured)])
+    ev = gather(problem, cand, None, profile, "NVIDIA H200")
+    assert ev.bound is None and ev.work is not None and ev.launches_per_call == 1
+    feedback = run(RefineRequest(evidence=ev))
+    assert feedback.bound == "memory" and "counters" in feedback.text
