@@ -99,7 +99,7 @@ def test_flow_publishes_leaderboard_artifact(prefect_harness, tmp_path: Path):
 def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_harness, tmp_path: Path):
     from flows.optimize import main as optimize
 
-    summary = optimize(str(ROOT / "problems" / "08_matmul_fp32.py"), budget=2, store=str(tmp_path), device="cpu")
+    summary = optimize(str(ROOT / "problems" / "13_conv2d_bias_relu_scale.py"), budget=2, store=str(tmp_path), device="cpu")
     assert summary["best_candidate_id"] is None and "nothing more to propose" in summary["stop_reason"]
     base = pd.read_parquet(tmp_path / "tables" / "baselines")
     assert set(base.benchmark_for) == {"baseline"} and len(base) == 2  # eager on both CPU shapes

@@ -6,6 +6,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from stages.templates import elementwise, rowwise
+from stages.templates import elementwise, matmul, rowwise
 
-TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise}
+TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise, "matmul": matmul}

@@ -1,0 +1,257 @@
+"""Family `matmul`: one 2-D matrix product (torch.matmul / mm / @, nn.Linear, F.linear) and a pointwise
+epilogue (bias, scale, residual, activations) applied to the fp32 accumulator tile before one store.
+
+Also the SwiGLU shape: two products sharing their left operand (x @ W1^T, x @ W3^T), each with its own
+accumulator, combined in the epilogue (silu(a) * b). One program per BLOCK_M x BLOCK_N output tile, in
+GROUP_M-grouped order for L2 reuse; a K-loop with masks for ragged M, N and K: `for k in range(...)` when
+compiled (so num_stages pipelines it), `while` in the interpreter (which cannot run range() over a runtime
+bound), chosen by a constexpr. fp32 inputs use IEEE fp32 dots unless the problem's policy
+allows TF32; bf16/fp16 inputs go to the tensor cores with fp32 accumulation. Operands are read through
+their strides, so a Linear weight [N, K] is read as its transpose in place.
+Parameters: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from stages.contracts import Problem
+from stages.templates.lowering import _Lowering, _op_name, _shape, trace
+from stages.templates.program import Plan, Program, TemplateMismatch
+from stages.templates.source import module_source, operand_prologue, reference_source
+
+_MATMUL_OPS = ("matmul", "mm")
+_DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, GROUP_M), best guess first, per input precision; checked
+# for register spills by Triton AOT builds for sm_90a (fp32 IEEE dots are FMA loops: BLOCK_K 32 spills kilobytes).
+_Config = tuple[int, int, int, int, int, int]
+_HALF: tuple[_Config, ...] = ((128, 256, 64, 8, 3, 8), (128, 128, 64, 8, 4, 8), (128, 128, 32, 8, 3, 8),
+                              (64, 128, 32, 4, 4, 8), (128, 64, 32, 4, 4, 8))
+_HALF_TWO: tuple[_Config, ...] = ((128, 64, 64, 8, 3, 8), (64, 128, 64, 8, 3, 8), (128, 128, 32, 8, 3, 8))  # 2 accs
+_TF32: tuple[_Config, ...] = ((128, 128, 32, 8, 3, 8), (64, 128, 32, 4, 4, 8), (128, 64, 32, 4, 4, 8))
+_IEEE: tuple[_Config, ...] = ((128, 64, 16, 8, 3, 8), (64, 128, 16, 8, 3, 8), (64, 64, 16, 4, 3, 8))
+_MAX_PRODUCTS = 2
+
+
+@dataclass(frozen=True)
+class Product:
+    """One matrix product A @ B: how forward names its operands, and B's layout."""
+
+    a: str
+    b: str
+    b_transposed: bool  # B is a Linear weight [N, K], read as its transpose
+
+
+@dataclass(frozen=True)
+class MatmulPlan(Plan):
+    products: tuple[Product, ...] = ()
+    precision: str = "ieee"  # tl.dot input_precision of fp32 inputs ("tf32" where the policy allows)
+    half: bool = False  # bf16/fp16 inputs
+
+
+def _tensor_expr(node: Any, what: str) -> str:
+    if isinstance(node, torch.fx.Node) and node.op == "placeholder":
+        return str(node.target)
+    if isinstance(node, torch.fx.Node) and node.op == "get_attr":
+        return f"self.{node.target}"
+    raise TemplateMismatch(f"the {what} operand of the product is computed in forward, not an input or a parameter")
+
+
+def _linear_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
+    names = ("input", "weight", "bias")
+    bound = {**dict(zip(names, node.args, strict=False)), **node.kwargs}
+    if set(bound) - set(names):
+        raise TemplateMismatch(f"linear called with unknown arguments {node.format_node()}")
+    return bound["input"], bound["weight"], bound.get("bias")
+
+
+class _Epilogue(_Lowering):
+    """The lowering of the graph around its products: each product is an accumulator line, the rest pointwise."""
+
+    def __init__(self, graph: torch.fx.GraphModule, model: nn.Module, products: list[torch.fx.Node]):
+        super().__init__(graph, model)
+        self.full = _shape(products[-1])
+        self.products = {node: i for i, node in enumerate(products)}
+        self.bias: dict[torch.fx.Node, Any] = {}
+
+    def _node(self, node: torch.fx.Node) -> Any:
+        if node in self.products:
+            acc = self.emit("elem", expr=f"acc{self.products[node]}")
+            bias = self.bias.get(node)
+            if bias is None:
+                return acc
+            value = self.operand(bias, (self.full[-1],)) if isinstance(bias, str) else self.value(bias)
+            return self.pointwise(f"{acc.text} + {value.text}", acc, value)
+        return super()._node(node)
+
+    def _full_operand(self) -> int:
+        return -1  # the output's shape is the products', not an input's; ModelNew allocates it from M and N
+
+    def lower(self) -> Program:
+        program = self.run()
+        if program.reduces:
+            raise TemplateMismatch("the epilogue reduces over rows")
+        return program
+
+
+def _find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], list[Product], dict[torch.fx.Node, Any],
+                                                         set[torch.dtype]]:
+    """The product nodes, their operands, their Linear biases and the dtypes of everything they multiply."""
+    nodes: list[torch.fx.Node] = []
+    products: list[Product] = []
+    biases: dict[torch.fx.Node, Any] = {}
+    dtypes: set[torch.dtype] = set()
+    for node in graph.graph.nodes:
+        if node.op == "call_module":
+            module = graph.get_submodule(str(node.target))
+            if not isinstance(module, nn.Linear):
+                continue
+            a, b = node.args[0], f"self.{node.target}.weight"
+            if module.bias is not None:
+                biases[node] = f"self.{node.target}.bias"
+            products.append(Product(_tensor_expr(a, "left"), b, True))
+            operands = [a]
+            dtypes.add(module.weight.dtype)
+        elif node.op in ("call_function", "call_method") and _op_name(node) in (*_MATMUL_OPS, "linear"):
+            if _op_name(node) == "linear":
+                a, w, bias = _linear_args(node)
+                if bias is not None:
+                    biases[node] = bias
+                products.append(Product(_tensor_expr(a, "left"), _tensor_expr(w, "weight"), True))
+                operands = [a, w]
+            else:
+                if len(node.args) != 2 or node.kwargs:
+                    raise TemplateMismatch(f"unsupported matmul call {node.format_node()}")
+                a, b = node.args
+                products.append(Product(_tensor_expr(a, "left"), _tensor_expr(b, "right"), False))
+                operands = [a, b]
+        else:
+            continue
+        for arg in operands:
+            if len(_shape(arg)) != 2:
+                raise TemplateMismatch(f"{node.name} multiplies a tensor of shape {list(_shape(arg))}, not 2-D")
+            dtypes.add(arg.meta["tensor_meta"].dtype)
+        nodes.append(node)
+    return nodes, products, biases, dtypes
+
+
+def match(problem: Problem, module: ModuleType) -> MatmulPlan:
+    graph, model = trace(problem, module)
+    nodes, products, biases, dtypes = _find_products(graph)
+    if not nodes:
+        raise TemplateMismatch("no matmul, mm, @ or linear in forward")
+    if len(nodes) > _MAX_PRODUCTS:
+        raise TemplateMismatch(f"{len(nodes)} matrix products; the template fuses at most {_MAX_PRODUCTS}")
+    if len({p.a for p in products}) > 1 or len({_shape(n) for n in nodes}) > 1:
+        raise TemplateMismatch("two products that do not share their left operand and output shape")
+    if len(dtypes) != 1 or (dtype := dtypes.pop()) not in _DTYPES:
+        raise TemplateMismatch(f"product operands of dtypes {sorted(map(str, dtypes))}: one of fp32, bf16, fp16 only")
+    lowering = _Epilogue(graph, model, nodes)
+    lowering.bias = biases
+    program = lowering.lower()
+    precision = "tf32" if problem.policy.allow_tf32 else "ieee"
+    return MatmulPlan(problem_id=problem.id, program=program, reference=reference_source(problem.source),
+                      products=tuple(products), precision=precision, half=dtype != torch.float32)
+
+
+def variants(plan: Plan) -> list[dict[str, Any]]:
+    assert isinstance(plan, MatmulPlan)
+    if plan.half:
+        configs = _HALF if len(plan.products) == 1 else _HALF_TWO
+    else:
+        configs = _TF32 if plan.precision == "tf32" else _IEEE
+    keys = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages", "GROUP_M")
+    return [dict(zip(keys, config, strict=True)) for config in configs]
+
+
+def _kernel(plan: MatmulPlan) -> str:
+    program, count = plan.program, len(plan.products)
+    args = ["a", *(f"b{j}" for j in range(count))] + [f"p{i}" for i in range(len(program.operands))]
+    args += ["out", "M", "N", "K", "stride_am", "stride_ak"]
+    args += [f"stride_b{j}{d}" for j in range(count) for d in "kn"]
+    args += [f"s{i}" for i in range(len(program.scalars))]
+    args += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "UPCAST", "INTERPRETED")]
+    dot = "" if plan.half else f', input_precision="{plan.precision}"'
+    body = [
+        "pid = tl.program_id(0)",
+        "num_pid_m = tl.cdiv(M, BLOCK_M)",
+        "num_pid_n = tl.cdiv(N, BLOCK_N)",
+        "num_pid_in_group = GROUP_M * num_pid_n",
+        "first_pid_m = (pid // num_pid_in_group) * GROUP_M",
+        "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
+        "pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m",
+        "pid_n = (pid % num_pid_in_group) // group_size_m",
+        "rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
+        "rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
+        "rk = tl.arange(0, BLOCK_K)",
+        "mask_m = rm < M",
+        "mask_n = rn < N",
+        "a_ptrs = a + rm[:, None] * stride_am + rk[None, :] * stride_ak",
+        *(f"b{j}_ptrs = b{j} + rk[:, None] * stride_b{j}k + rn[None, :] * stride_b{j}n" for j in range(count)),
+        *(f"acc{j} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" for j in range(count)),
+    ]
+    step = ["mask_k = rk < K - k",
+            "tile_a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)",
+            "if UPCAST:",
+            "    tile_a = tile_a.to(tl.float32)"]
+    for j in range(count):
+        step += [f"tile_b{j} = tl.load(b{j}_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)",
+                 "if UPCAST:",
+                 f"    tile_b{j} = tile_b{j}.to(tl.float32)",
+                 f"acc{j} = tl.dot(tile_a, tile_b{j}, acc{j}{dot})",
+                 f"b{j}_ptrs += BLOCK_K * stride_b{j}k"]
+    step.append("a_ptrs += BLOCK_K * stride_ak")
+    # The compiler pipelines (num_stages) only `for` loops over range(); the interpreter cannot run a range()
+    # with a runtime bound. INTERPRETED is a constexpr, so each side compiles only its own branch.
+    body += ["if INTERPRETED:", "    k = 0", "    while k < K:", *("        " + s for s in step),
+             "        k += BLOCK_K", "else:", "    for k in range(0, K, BLOCK_K):", *("        " + s for s in step),
+             "mask = mask_m[:, None] & mask_n[None, :]", "offs = rm[:, None] * N + rn[None, :]"]
+    for line in program.lines:
+        if line.load is None:
+            body.append(f"{line.name} = {line.expr}")
+        elif program.operands[line.load].broadcast:  # a [N] operand: one value per column
+            body.append(f"{line.name} = tl.load(p{line.load} + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]")
+        else:
+            body.append(f"{line.name} = tl.load(p{line.load} + offs, mask=mask, other=0.0).to(tl.float32)")
+    body.append(f"tl.store(out + offs, {program.output}.to(out.dtype.element_ty), mask=mask)")
+    lines = "\n".join("    " + line for line in body)
+    return f"@triton.jit\ndef _kf_matmul({', '.join(args)}):\n{lines}\n"
+
+
+def _forward(plan: MatmulPlan, params: dict[str, Any]) -> list[str]:
+    first = plan.products[0]
+    b_strides = [f"b{j}.stride({int(p.b_transposed)}), b{j}.stride({1 - p.b_transposed})"
+                 for j, p in enumerate(plan.products)]
+    n_dim = "b0.shape[0]" if first.b_transposed else "b0.shape[1]"
+    count = len(plan.products)
+    call = ["a", *(f"b{j}" for j in range(count))] + [f"p{i}" for i in range(len(plan.program.operands))]
+    call += ["out", "M", "N", "K", "a.stride(0)", "a.stride(1)", *b_strides, *plan.program.scalars]
+    call += [f"{k}={params[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
+    # CPU tensors run in the Triton interpreter, whose tl.dot misreads bf16 (Triton 3.6): dot their fp32 upcast.
+    # Tested on the device type, not is_cuda: the compile stage captures launches on meta tensors, which must
+    # build what the GPU builds.
+    on_cpu = 'a.device.type == "cpu"'
+    call += [f"UPCAST={on_cpu if plan.half else 'False'}", f"INTERPRETED={on_cpu}",
+             f"num_warps={params['num_warps']}",
+             f"num_stages={params['num_stages']}"]
+    grid = f"(triton.cdiv(M, {params['BLOCK_M']}) * triton.cdiv(N, {params['BLOCK_N']}),)"
+    return [
+        *([] if first.a == "a" else [f"a = {first.a}"]),
+        *(f"b{j} = {p.b}" for j, p in enumerate(plan.products)),
+        *operand_prologue(plan.program),
+        f"M, K, N = a.shape[0], a.shape[1], {n_dim}",
+        f"out = torch.empty((M, N), device=a.device, dtype={plan.program.out_dtype})",
+        f"_kf_matmul[{grid}]({', '.join(call)})",
+        "return out",
+    ]
+
+
+def render(plan: Plan, params: dict[str, Any]) -> str:
+    assert isinstance(plan, MatmulPlan)
+    return module_source(plan.program, plan.reference, [_kernel(plan)], _forward(plan, params))
