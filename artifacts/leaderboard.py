@@ -18,15 +18,15 @@ def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
     rows = {c.id: {"candidate_id": c.id, "proposer": c.origin_proposer, "params": c.origin_params, "status": "proposed",
                    "speedup_vs_eager": None, "speedup_vs_compile": None, "median_us": None, "reason": ""}
             for c in cands.itertuples()}
-    for table in ("compiles", "verifications", "benchmarks"):
+    for table, stage in (("compiles", "compile"), ("verifications", "verify"), ("benchmarks", "benchmark")):
         frame = store.read(table, run_id)
         for r in frame.itertuples():
             if r.candidate_id not in rows:
                 continue
             row = rows[r.candidate_id]
             if r.status != "ok":
-                row["status"], row["reason"] = f"{table[:-1] if table != 'verifications' else 'verify'} failed", \
-                    f"{r.failure_kind}: {str(r.message).splitlines()[0][:120] if r.message else ''}"
+                first_line = str(r.message).splitlines()[0][:120] if r.message else ""
+                row["status"], row["reason"] = f"{stage} failed", f"{r.failure_kind}: {first_line}"
             elif table == "benchmarks":
                 row.update(status="verified", speedup_vs_eager=r.speedup_vs_eager, speedup_vs_compile=r.speedup_vs_compile)
     timings = store.read("timings", run_id)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from artifacts import tables
 from artifacts.blobs import get_bytes
+from stages.contracts import BenchmarkResult
 
 TABLES = ("runs", "problems", "candidates", "compiles", "verifications", "benchmarks", "timings", "baselines",
           "profiles", "feedback")
@@ -32,6 +33,12 @@ class Store:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables are {TABLES}")
         tables.append(self.root, table, run_id, rows)
+
+    def append_benchmark(self, run_id: str, result: BenchmarkResult) -> None:
+        """A benchmark call: its result row, the candidate's timings, and the baselines timed beside it."""
+        self.append("benchmarks", run_id, [result])
+        self.append("timings", run_id, [t for t in result.timings if t.contender == "candidate"])
+        self.append("baselines", run_id, [t for t in result.timings if t.contender != "candidate"])
 
     def read(self, table: str, run_id: str | None = None) -> pd.DataFrame:
         return tables.read(self.root, table, run_id)

@@ -97,9 +97,7 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baselin
     timed = benchmark_task(BenchmarkRequest(problem=problem, candidate=candidate, device=run.device, sizes=run.sizes,
                                             baselines=baselines, **run.request_fields(candidate, "benchmark", timeout_s)),
                            mode, str(store.root))
-    store.append("benchmarks", run.id, [timed])
-    store.append("timings", run.id, [t for t in timed.timings if t.contender == "candidate"])
-    store.append("baselines", run.id, [t for t in timed.timings if t.contender != "candidate"])
+    store.append_benchmark(run.id, timed)
     if timed.status != "ok":
         return None
     run.verified += 1
@@ -112,8 +110,7 @@ def baseline_only(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: fl
                                             baselines=baselines, workdir=str(workdir),
                                             blob_dir=str(run.store.blob_dir), timeout_s=timeout_s),
                            mode, str(run.store.root))
-    run.store.append("benchmarks", run.id, [timed])
-    run.store.append("baselines", run.id, timed.timings)
+    run.store.append_benchmark(run.id, timed)
 
 
 def profile_promoted(run: Run, candidate: Candidate, mode: Mode, timeout_s: float) -> None:

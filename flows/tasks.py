@@ -6,7 +6,7 @@ Stages know nothing of Prefect; these wrappers only declare resilience and where
 from __future__ import annotations
 
 import hashlib
-import shutil
+import json
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.gpu_lock import gpu_lock
 from stages import generate, refine
+from stages.backends import toolchain
 from stages.contracts import (
     BenchmarkRequest,
     BenchmarkResult,
@@ -47,19 +48,9 @@ def infrastructure_only(task: Any, task_run: Any, state: Any) -> bool:
     return False
 
 
-@cache
 def toolchain_fingerprint() -> str:
-    parts = [str(torch.__version__)]
-    try:
-        import triton
-
-        parts.append(triton.__version__)
-    except ImportError:
-        parts.append("no-triton")
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        parts.append(subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip()[-60:])
-    return "|".join(parts)
+    """The compile stage's own record of its tools (torch, triton, python, nvcc), as one string."""
+    return json.dumps(toolchain(), sort_keys=True)
 
 
 def compile_cache_key(context: Any, parameters: dict[str, Any]) -> str:

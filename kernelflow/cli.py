@@ -100,9 +100,7 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     timed_result = cast(BenchmarkResult, run_stage("benchmark", BenchmarkRequest.model_validate(dict(
         problem=problem, candidate=candidate, device=device, sizes=sizes, baselines=baselines,
         workdir=str(work / "benchmark"), **common))))
-    store.append("benchmarks", run_id, [timed_result])
-    store.append("timings", run_id, [t for t in timed_result.timings if t.contender == "candidate"])
-    store.append("baselines", run_id, [t for t in timed_result.timings if t.contender != "candidate"])
+    store.append_benchmark(run_id, timed_result)
     kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
     print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")
     unit = "GPU" if device == "cuda" else "CPU (not comparable with GPU numbers)"

@@ -44,7 +44,7 @@ def _input_sets(module: Any, w: Workload, req: BenchmarkRequest, timer: Timer) -
                       for k in range(1, want)]
 
 
-def _contenders(req: BenchmarkRequest, ref: torch.nn.Module, new: torch.nn.Module | None, notes: list[str]):
+def _contenders(req: BenchmarkRequest, ref: torch.nn.Module, new: torch.nn.Module | None) -> dict[str, Any]:
     out: dict[str, Any] = {"eager": ref}
     if "compile" in req.baselines:
         out["compile"] = torch.compile(copy.deepcopy(ref))
@@ -70,7 +70,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
                    prov: Provenance, notes: list[str]) -> list[Timing]:
     ref, new = build(module, new_cls, w, req.device, seed=trial_seed(req.seed, w.name, "init"))
     sets = _input_sets(module, w, req, timer)
-    contenders = _contenders(req, ref, new, notes)
+    contenders = _contenders(req, ref, new)
     _warm(contenders, sets[0], notes)
     expect: list[tuple[Any, Any]] = []
     if new is not None:
