@@ -80,13 +80,12 @@ def append(root: str | Path, table: str, run_id: str, rows: Sequence[BaseModel])
 
 
 def read(root: str | Path, table: str, run_id: str | None = None) -> pd.DataFrame:
-    """A table as pandas (the run_id partition becomes a column); empty frame if nothing was written."""
+    """A table as pandas, parts in write order within each run, the run_id partition as a column; an empty frame
+    if nothing was written. Parts are read one by one and concatenated, so parts written by different code
+    versions keep all their columns (a column a part lacks reads as missing): reading the directory as one
+    dataset would take one part's schema and silently drop the columns a newer model added."""
     path = Path(root) / "tables" / table
-    if run_id is not None:
-        path = path / f"run_id={run_id}"
-        if not path.exists():
-            return pd.DataFrame()
-        frame = pd.read_parquet(path)
-        frame["run_id"] = run_id
-        return frame
-    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    runs = [path / f"run_id={run_id}"] if run_id is not None else sorted(path.glob("run_id=*"))
+    frames = [pd.read_parquet(part).assign(run_id=run.name.removeprefix("run_id="))
+              for run in runs for part in sorted(run.glob("part-*.parquet"))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -5,6 +5,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from artifacts import tables
 from artifacts.blobs import put_bytes
 from artifacts.store import Store
 from stages.contracts import Candidate, Origin, Provenance, Timing, VerifyResult
@@ -45,3 +46,20 @@ def test_blobs_are_content_addressed(tmp_path: Path):
     sha = put_bytes(tmp_path, b"ptx text")
     assert put_bytes(tmp_path, b"ptx text") == sha
     assert (tmp_path / sha[:2] / sha).read_bytes() == b"ptx text"
+
+
+def test_parts_of_different_code_versions_keep_their_columns(tmp_path: Path):
+    """A field added to a model (a newer part) must not vanish when the table is read across runs."""
+    from pydantic import BaseModel
+
+    class Old(BaseModel):
+        x: int
+
+    class New(BaseModel):
+        x: int
+        y: str
+
+    tables.append(tmp_path, "t", "a", [Old(x=1)])
+    tables.append(tmp_path, "t", "b", [New(x=2, y="n")])
+    frame = tables.read(tmp_path, "t")
+    assert list(frame.x) == [1, 2] and frame.y.isna().tolist() == [True, False] and list(frame.run_id) == ["a", "b"]
