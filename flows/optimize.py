@@ -1,4 +1,5 @@
-"""The optimize flow: baseline → [generate → compile → verify → benchmark]* under a budget, greedy.
+"""The optimize flow: [generate → compile → verify → benchmark (→ profile → refine when promoted)]* under a budget,
+greedy; then the baselines are profiled once.
 
 Thin by design: stages do the work, tasks declare resilience, the store keeps every artifact. Stop
 conditions raise StopSearch with their reason and are caught in one place.
@@ -119,19 +120,30 @@ def profile_promoted(run: Run, candidate: Candidate, mode: Mode, timeout_s: floa
     go, why = should_profile(run.profiling, candidate, compiled, True, run.promoted_structures)
     run.promoted_structures.append(structure(candidate, compiled))
     print(f"profile {candidate.id}: {why}")
-    if not go:
-        return
-    # the first GPU shape: measured on a GPU; on a CPU its analytic roofline (advice for the GPU we target)
-    profiled = profile_task(ProfileRequest(problem=run.problem, candidate=candidate, device=run.device,
-                                           **run.request_fields(candidate, "profile", timeout_s)),
-                            mode, str(run.store.root), compiled)
+    if go:  # the first GPU shape: measured on a GPU; on a CPU its analytic roofline (advice for the GPU we target)
+        profile_and_refine(run, ProfileRequest(problem=run.problem, candidate=candidate, device=run.device,
+                                               **run.request_fields(candidate, "profile", timeout_s)), mode, compiled)
+
+
+def profile_baselines(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: float) -> None:
+    """The baselines profiled once per run on the candidates' workload: class, SOL fraction and energy of what
+    the user already has, beside the best candidate's."""
+    for name in baselines:
+        workdir = run.store.work_dir / run.id / "baseline" / f"profile-{name}"
+        profile_and_refine(run, ProfileRequest(problem=run.problem, contender=name, device=run.device,
+                                               workdir=str(workdir), blob_dir=str(run.store.blob_dir),
+                                               timeout_s=timeout_s), mode, None)
+
+
+def profile_and_refine(run: Run, req: ProfileRequest, mode: Mode, compiled: CompileResult | None) -> None:
+    profiled = profile_task(req, mode, str(run.store.root), compiled)
     run.store.append("profiles", run.id, [profiled])
     if profiled.status != "ok":
         return
     gpu = torch.cuda.get_device_name() if run.device == "cuda" else None
-    feedback = refine_task(RefineRequest(evidence=evidence(run.problem, candidate, compiled, profiled, gpu)))
+    feedback = refine_task(RefineRequest(evidence=evidence(run.problem, compiled, profiled, gpu)))
     run.store.append("feedback", run.id, [feedback])
-    print(feedback.text)
+    print(f"profile of {req.subject_id}:\n{feedback.text}")
 
 
 def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Backend | None, seed: int,
@@ -181,6 +193,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     except StopSearch as stop:
         if run.verified == 0:  # still record what the user already has: the baselines, timed alone
             baseline_only(run, baselines, executor, stage_timeout_s)
+        if run.profiling.enabled and run.profiling.baselines:
+            profile_baselines(run, baselines, executor, stage_timeout_s)
         run.finish("finished", stop.reason)
     except BaseException as e:
         run.finish("failed", f"{type(e).__name__}: {e}")

@@ -79,7 +79,7 @@ def profile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
     req: ProfileRequest = parameters["req"]
     compiled: CompileResult | None = parameters["compiled"]
     binaries = sorted(compiled.blobs.values()) if compiled else []
-    text = "\n".join([req.candidate.id, *binaries, str(req.workload), req.problem.source_sha256, req.blob_dir,
+    text = "\n".join([req.subject_id, req.contender, *binaries, str(req.workload), req.problem.source_sha256, req.blob_dir,
                       profiler_fingerprint(), toolchain_fingerprint()])
     return "profile-" + hashlib.sha256(text.encode()).hexdigest()
 

@@ -2,7 +2,15 @@
 
 Each problem's summary lands in bench/results/<problem>.json as soon as it finishes, so a run cut short by a
 10-minute limit resumes where it stopped (`--only`, `--skip-done`). `--render` rebuilds the BENCHMARKS.md
-table from those files. Numbers come from the artifact store of the runs (baselines and timings tables).
+tables from those files. Numbers come from the artifact store of the runs (baselines and timings tables; the
+profiles and feedback tables for the best candidate and the baselines: class, tools fired, SOL fraction, energy).
+
+`--profile-only` adds those profiles to results that lack them without searching again: the best candidate is
+rebuilt from its family and parameters (its id must match the one benchmarked, else the entry says so), compiled,
+then the candidate, eager and torch.compile are each profiled (stages/profile.py: time, NVML energy, Nsight
+Compute counters) and refined, one at a time, in stage processes. Each profile is also kept as a small JSON file
+(bench/profiles/<problem>.<contender>.json, stages/captured.py) so that `--rerefine` re-derives the cells with
+the current tools, offline.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +59,7 @@ def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict
     elif not base.empty:
         for b in base.itertuples():
             out["workloads"].setdefault(b.workload, {})[b.contender] = [b.median_us, b.ci_low_us, b.ci_high_us]
+    out["profiles"] = profiles_of(store, run_id, best)
     if not base.empty:
         p = base.iloc[0]
         out["provenance"] = {k.removeprefix("provenance_"): (None if isinstance(v, float) and math.isnan(v) else v)
@@ -57,14 +67,123 @@ def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict
     return out
 
 
+def profile_cell(p: dict, bound: str | None, findings: list[dict]) -> dict:
+    """What BENCHMARKS.md shows of one profile: class, tools fired (a consequence as 'tool<cause'), SOL, energy."""
+    return {"workload": p["workload"], "status": p["status"], "counters": p["counters"],
+            "bound": bound or p.get("bound"), "sol_fraction": p.get("sol_fraction"),
+            "energy_j_per_call": p.get("energy_j_per_call"), "time_us": p.get("time_us"),
+            "tools": [f["tool"] + (f"<{f['explained_by']}" if f.get("explained_by") else "") for f in findings],
+            "note": "" if p["status"] == "ok" and p["counters"] == "ncu" else
+            (p.get("message") or "")[:160] + " " + (p.get("counters_reason") or "")[:160]}
+
+
+def profiles_of(store: Store, run_id: str, best: str | None) -> dict:
+    """The run's last profile of the best candidate and of each baseline, with their feedback."""
+    profiles, feedback = store.read("profiles", run_id), store.read("feedback", run_id)
+    out: dict = {}
+    if profiles.empty or "contender" not in profiles:
+        return out
+    for who in ("candidate", "eager", "compile"):
+        rows = profiles[(profiles.contender == who) & ((profiles.candidate_id == best) if who == "candidate"
+                                                       else True)]
+        if rows.empty:
+            continue
+        p = rows.iloc[-1].to_dict()
+        fb = feedback[(feedback.contender == who) & (feedback.candidate_id == p["candidate_id"])] \
+            if not feedback.empty and "contender" in feedback else feedback
+        last = fb.iloc[-1].to_dict() if not fb.empty else {}
+        out[who] = profile_cell(p, last.get("bound"), json.loads(last.get("findings") or "[]"))
+    return out
+
+
+def profile_only(args: argparse.Namespace) -> None:
+    """Profiles for results that lack them (see the module doc)."""
+    import torch
+
+    from stages import captured
+    from stages.contracts import Candidate, CompileRequest, Origin, ProfileRequest
+    from stages.executor import run_stage
+    from stages.problem import import_problem, load_problem
+    from stages.templates import TEMPLATES
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None  # None: a CPU dry run
+    work = Path(args.store) / "profile-only"
+    deadline = time.monotonic() + args.max_minutes * 60
+    for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
+        data = json.loads(dest.read_text())
+        if args.skip_done and data.get("profiles"):
+            continue
+        if time.monotonic() > deadline:
+            print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
+            break
+        started = time.monotonic()
+        problem = load_problem(ROOT / "problems" / f"{dest.stem}.py")
+        workload = problem.gpu_workloads[0].name
+        common = dict(blob_dir=str(work / "blobs"), timeout_s=300.0)
+        reqs, compiled, out = [], None, {}
+        if data.get("best_origin"):
+            family, params = data["best_origin"][0], json.loads(data["best_origin"][1])
+            template = TEMPLATES[family]
+            source = template.render(template.match(problem, import_problem(problem.path)), params)
+            cand = Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer=family, params=params))
+            data["rebuilt_candidate_id"] = cand.id  # equal to data["best"] unless the template changed since
+            compiled = run_stage("compile", CompileRequest(candidate=cand, problem=problem,
+                                                           workdir=str(work / dest.stem / "compile"), **common))
+            reqs.append(ProfileRequest(problem=problem, candidate=cand, workdir=str(work / dest.stem / "candidate"),
+                                       workload=workload, **common))
+        reqs += [ProfileRequest(problem=problem, contender=b, workdir=str(work / dest.stem / b), workload=workload,
+                                **common) for b in ("eager", "compile")]
+        for req in reqs:
+            res = run_stage("profile", req)
+            kernels = compiled.kernels if req.candidate is not None and compiled and compiled.status == "ok" else []
+            record = sidecar(Path(args.results), dest.stem, req.contender)
+            captured.dump(record, problem.path, gpu, res, req.candidate, kernels)
+            out[req.contender] = cell_of(record)
+            print(f"{dest.stem} {req.contender}: {json.dumps(out[req.contender])}", flush=True)
+        data["profiles"] = out
+        data["profile_wall_s"] = round(time.monotonic() - started, 1)
+        dest.write_text(json.dumps(data, indent=1, default=str))  # on the GPU machine: tar bench/ into $OUT
+
+
+def sidecar(results: Path, problem: str, contender: str) -> Path:
+    """Where --profile-only keeps a profile for offline re-refinement (stages/captured.py's format)."""
+    return results.parent / "profiles" / f"{problem}.{contender}.json"
+
+
+def cell_of(record: Path) -> dict:
+    """A profile cell from a captured profile: refine runs here, as the flow runs it."""
+    from stages import captured, refine
+
+    data, ev = captured.load(record)
+    profile = ev.profile
+    assert profile is not None
+    fb = refine.run(refine.RefineRequest(evidence=ev)) if profile.status == "ok" else None
+    return profile_cell(profile.model_dump(), fb.bound if fb else None,
+                        [f.model_dump() for f in fb.findings] if fb else [])
+
+
+def rerefine(args: argparse.Namespace) -> None:
+    """Re-derive the profile cells of the selected results from their captured profiles (no GPU)."""
+    for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
+        data = json.loads(dest.read_text())
+        cells = {who: cell_of(rec) for who in ("candidate", "eager", "compile")
+                 if (rec := sidecar(Path(args.results), dest.stem, who)).exists()}
+        if cells:
+            data["profiles"] = cells
+            dest.write_text(json.dumps(data, indent=1, default=str))
+            print(f"{dest.stem}: {', '.join(cells)} re-refined")
+
+
+def selected(paths: list[Path], only: str | None) -> list[Path]:
+    return [p for p in paths if not only or any(p.stem.startswith(o) for o in only.split(","))]
+
+
 def run(args: argparse.Namespace) -> None:
     from flows.optimize import main as optimize
 
-    results = ROOT / "bench" / "results"
+    results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
-    problems = sorted((ROOT / "problems").glob("*.py"))
-    if args.only:
-        problems = [p for p in problems if any(p.stem.startswith(o) for o in args.only.split(","))]
+    problems = selected(sorted((ROOT / "problems").glob("*.py")), args.only)
     deadline = time.monotonic() + args.max_minutes * 60
     for path in problems:
         dest = results / f"{path.stem}.json"
@@ -105,8 +224,8 @@ def sol_floors(problem_id: str, gpu: str) -> dict[str, float]:
     return {w.name: sol_floor_us(count_work(problem, w), peaks, problem.policy) for w in problem.gpu_workloads}
 
 
-def render() -> str:
-    rows = [json.loads(p.read_text()) for p in sorted((ROOT / "bench" / "results").glob("*.json"))]
+def render(results: Path) -> str:
+    rows = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
     lines = ["| problem | workload | eager us | torch.compile us | best candidate us | x eager | x compile | "
              "SOL floor us (fraction) | best (family, params) | verified/tried |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -123,6 +242,24 @@ def render() -> str:
                          f"{tried} |")
         if not r["workloads"]:
             lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | {r['stop_reason'][:80]} | 0/0 |")
+    return "\n".join(lines) + "\n\n" + render_profiles(rows)
+
+
+def render_profiles(rows: list[dict]) -> str:
+    """Per problem, the best candidate and the baselines on the first GPU workload, as profiled."""
+    lines = ["| problem | workload | contender | class | tools fired (cause first; x<y: x explained by y) | "
+             "SOL fraction | energy mJ/call | time us | note |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for i, who in enumerate(w for w in ("candidate", "eager", "compile") if w in r.get("profiles", {})):
+            c = r["profiles"][who]
+            sol = f"{c['sol_fraction']:.2f}" if c.get("sol_fraction") is not None else "-"
+            mj = f"{c['energy_j_per_call'] * 1e3:.2f}" if c.get("energy_j_per_call") is not None else "-"
+            us = f"{c['time_us']:.1f}" if c.get("time_us") is not None else "-"
+            label = {"candidate": "best candidate", "eager": "eager", "compile": "torch.compile"}[who]
+            counts = Counter(c["tools"])  # one finding per kernel (and per loads/stores): counted, in order
+            tools = ", ".join(t + (f" x{counts[t]}" if counts[t] > 1 else "") for t in dict.fromkeys(c["tools"]))
+            lines.append(f"| {r['problem'] if i == 0 else ''} | {c['workload']} | {label} | {c.get('bound') or '-'} | "
+                         f"{tools or 'none'} | {sol} | {mj} | {us} | {c.get('note', '').strip()} |")
     return "\n".join(lines)
 
 
@@ -134,6 +271,18 @@ if __name__ == "__main__":
     ap.add_argument("--max-minutes", type=float, default=8.0, help="start no new problem after this")
     ap.add_argument("--skip-done", action="store_true")
     ap.add_argument("--store", default=str(ROOT / "runs-bench"))
-    ap.add_argument("--render", action="store_true", help="print the BENCHMARKS.md table from bench/results")
+    ap.add_argument("--results", default=str(ROOT / "bench" / "results"), help="where the per-problem JSON live")
+    ap.add_argument("--render", action="store_true", help="print the BENCHMARKS.md tables from bench/results")
+    ap.add_argument("--profile-only", action="store_true", help="profile the best candidate and the baselines of "
+                    "results that lack profiles (with --skip-done) or of all selected results; no search")
+    ap.add_argument("--rerefine", action="store_true", help="re-derive the profile cells from bench/profiles/ with "
+                    "the current tools (no GPU)")
     a = ap.parse_args()
-    print(render()) if a.render else run(a)
+    if a.render:
+        print(render(Path(a.results)))
+    elif a.profile_only:
+        profile_only(a)
+    elif a.rerefine:
+        rerefine(a)
+    else:
+        run(a)

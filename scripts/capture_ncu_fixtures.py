@@ -2,7 +2,8 @@
 (tests/fixtures/defects/<defect>.py against <defect>_problem.py) and the builtin proposer's first candidate for
 three suite problems. Per entry: compile (binaries for the tools), verify (cpu and gpu sizes), profile (time,
 energy, ncu counters), then refine; writes <name>.compile.json, .verify.json, .profile.json and .feedback.json
-under the output dir, and prints a summary table last (also summary.json).
+under the output dir, and prints a summary table last (also summary.json). <name>.fixture.json is the small file
+the CPU tests read (tests/fixtures/ncu/h200/, tests/test_h200_fixtures.py; format in stages/captured.py).
 
 Run from the repo root on the GPU machine (PYTHONPATH set so `stages` imports):
     python scripts/capture_ncu_fixtures.py --out "$OUT" --max-minutes 8
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stages import refine  # noqa: E402
+from stages import captured, refine  # noqa: E402
 from stages.contracts import (  # noqa: E402
     Candidate,
     CompileRequest,
@@ -71,7 +72,8 @@ def prebuild(cuda_files: list[Path], env: dict[str, str]) -> None:
         print(f"prebuild {f.name}: {'ok' if p.returncode == 0 else 'FAILED ' + out[-800:]}", flush=True)
 
 
-def capture(name: str, problem_path: Path, cand_path: Path | None, out: Path, work: Path, device: str) -> None:
+def capture(name: str, problem_path: Path, cand_path: Path | None, out: Path, work: Path, device: str,
+            expected: str | None) -> None:
     problem = load_problem(problem_path)
     cand = candidate_for(problem, cand_path)
     blobs, wd = str(work / "blobs"), work / name
@@ -87,10 +89,12 @@ def capture(name: str, problem_path: Path, cand_path: Path | None, out: Path, wo
                                                device=device, energy_calls=20, **common))
     (out / f"{name}.profile.json").write_text(prof.model_dump_json(indent=1))
     gpu = _gpu_name() if prof.device == "cuda" else None
-    ev = refine.evidence(problem, cand, compiled if compiled.status == "ok" else None, prof, gpu)
+    ev = refine.evidence(problem, compiled if compiled.status == "ok" else None, prof, gpu)
     feedback = refine.run(refine.RefineRequest(evidence=ev))
     every = sorted({f.tool for t in TOOLS.values() for f in t.check(ev) if f.severity >= refine.MIN_SEVERITY})
     (out / f"{name}.feedback.json").write_text(feedback.model_dump_json(indent=1))
+    captured.dump(out / f"{name}.fixture.json", problem_path, gpu, prof, cand,
+                  compiled.kernels if compiled.status == "ok" else [], expected)
     (out / f"{name}.extra.json").write_text(json.dumps({
         "verified": verified.status == "ok", "verify_message": verified.message[:2000],
         "compile_status": compiled.status, "fired_all_tools": every}, indent=1))
@@ -121,6 +125,23 @@ def fmt(v: object) -> str:
     return {True: "yes", False: "no", None: "-"}.get(v, str(v)) if isinstance(v, bool) or v is None else str(v)
 
 
+def fixture_table(fixtures: Path) -> str:
+    """BENCHMARKS.md's defect table, re-derived offline from committed fixtures with the current tools."""
+    lines = ["| entry | expected tool | time us | energy mJ/call | class | SOL fraction | findings: tool severity "
+             "(<cause) |", "|---|---|---|---|---|---|---|"]
+    for f in sorted(fixtures.glob("*.json")):
+        record, ev = captured.load(f)
+        fb, p = refine.run(refine.RefineRequest(evidence=ev)), ev.profile
+        assert p is not None and p.time_us is not None
+        found = ", ".join(f"{x.tool} {x.severity:.2f}" + (f" (<{x.explained_by})" if x.explained_by else "")
+                          for x in fb.findings) or "none"
+        energy = f"{p.energy_j_per_call * 1e3:.1f}" if p.energy_j_per_call is not None else "-"
+        sol = f"{p.sol_fraction:.2f}" if p.sol_fraction is not None else "-"
+        lines.append(f"| {f.stem} | {record['expected_tool'] or '-'} | {p.time_us:.1f} | {energy} | {fb.bound} | "
+                     f"{sol} | {found} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT") or "ncu-capture", help="output dir (default $OUT)")
@@ -129,7 +150,11 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated substrings; run only entries matching one")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a dry run without counters")
     ap.add_argument("--no-prebuild", action="store_true", help="do not build the CUDA extensions up front")
+    ap.add_argument("--table", metavar="DIR", help="print the table of the fixtures in DIR (offline) and exit")
     args = ap.parse_args()
+    if args.table:
+        print(fixture_table(Path(args.table)))
+        return 0
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
@@ -142,14 +167,14 @@ def main() -> int:
     if args.device == "cuda" and cuda_files and not args.no_prebuild:
         prebuild(cuda_files, dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))
-    for name, problem_path, cand_path, _ in pending:
+    for name, problem_path, cand_path, expected in pending:
         elapsed = (time.perf_counter() - started) / 60
         if elapsed > args.max_minutes:
             print(f"budget: {elapsed:.1f} min spent, skipping {name}", flush=True)
             continue
         t0 = time.perf_counter()
         try:
-            capture(name, problem_path, cand_path, out, work, args.device)
+            capture(name, problem_path, cand_path, out, work, args.device, expected)
             print(f"{name}: done in {time.perf_counter() - t0:.0f} s", flush=True)
         except Exception as e:  # one entry's failure must not lose the others
             print(f"{name}: FAILED {type(e).__name__}: {e}"[:3000], flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Contract(BaseModel):
@@ -20,6 +20,7 @@ Backend = Literal["triton", "cuda", "torch"]
 Device = Literal["cuda", "cpu"]
 SizeSet = Literal["gpu", "cpu"]
 Baseline = Literal["eager", "compile"]
+Contender = Literal["candidate", "eager", "compile"]  # what a timing or profile row measured
 FailureKind = Literal[
     "compile_error",  # the toolchain rejected the source
     "import_error",  # the module failed to import or defines no ModelNew
@@ -222,7 +223,7 @@ class Timing(Contract):
     candidate_id: str | None = Field(description="candidate id; None for a baseline")
     benchmark_for: str = Field(description="candidate id of the benchmark call that timed this row, interleaved "
                                "with the others of that call ('baseline' for a baseline-only call)")
-    contender: Literal["candidate", "eager", "compile"]
+    contender: Contender
     workload: str
     median_us: float = Field(description="median time per call, microseconds")
     ci_low_us: float = Field(description="95% CI of the median, low end (order statistics)")
@@ -289,10 +290,23 @@ Bound = Literal["compute", "memory", "latency", "mixed"]
 
 class ProfileRequest(StageRequest):
     problem: Problem
-    candidate: Candidate
+    candidate: Candidate | None = Field(default=None, description="the candidate; None when a baseline is profiled")
+    contender: Contender = Field(default="candidate", description="what runs: the candidate, or a baseline: the "
+                                 "reference in eager mode or under torch.compile (inductor, default mode)")
     device: Device = "cuda"
     workload: str | None = Field(default=None, description="GPU workload to profile; None: the first")
     energy_calls: int = Field(default=50, ge=1, description="calls in the timed loop the energy counter spans")
+
+    @model_validator(mode="after")
+    def _one_contender(self) -> ProfileRequest:
+        if (self.contender == "candidate") != (self.candidate is not None):
+            raise ValueError("give a candidate exactly when contender is 'candidate'")
+        return self
+
+    @property
+    def subject_id(self) -> str:
+        """The candidate's id, or the baseline's name."""
+        return self.candidate.id if self.candidate is not None else self.contender
 
 
 class KernelProfile(Contract):
@@ -305,6 +319,9 @@ class KernelProfile(Contract):
 
 
 class ProfileResult(StageResult):
+    """A row of the profiles table. For a baseline, candidate_id is the contender's name ("eager", "compile")."""
+
+    contender: Contender = Field(default="candidate", description="the candidate, or the baseline profiled")
     device: Device
     workload: str = Field(description="workload profiled")
     counters: Literal["ncu", "unavailable"] = Field(description="whether hardware counters were read")
@@ -356,13 +373,16 @@ class Finding(Contract):
     recommendation: str = Field(description="what to change, in plain words")
     action: Action
     evidence: dict[str, float | int | str | None] = Field(default_factory=dict, description="the numbers used")
+    explained_by: str | None = Field(default=None, description="tool whose finding on the same kernel likely "
+                                     "causes this one (fix that first); None: a cause in its own right")
 
 
 class Feedback(Contract):
     """A row of the feedback table: the findings for one profiled candidate, and their text for prompts."""
 
     problem_id: str
-    candidate_id: str
+    candidate_id: str = Field(description="the candidate; for a baseline its name (\"eager\", \"compile\")")
+    contender: Contender = Field(default="candidate", description="the candidate, or the baseline profiled")
     bound: Bound | None
     tools_run: list[str] = Field(description="tools the bottleneck class selected")
     findings: list[Finding] = Field(default_factory=list, description="triggered findings, most severe first")

@@ -26,10 +26,10 @@ repeated without them (at most NCU_RETRIES times) and the message says which wer
 (not on PATH, permission to counters, LibraryNotLoaded, a timeout, no kernel profiled) gives Counters with no
 kernels and `reason` saying exactly why; the profile stage then keeps status "ok" with counters="unavailable".
 
-Verified on CPU (tests/test_ncu.py): the raw-CSV parser on a hand-written sample in the recorded format, the
-rejected-metric parser, ncu missing from PATH and the retry loop against a stand-in ncu script. The real ncu
-command line, the driver, the report import and the real metric names on the H200 await a run on the H200
-(see stages/profile.py).
+Verified on CPU (tests/test_ncu.py): the raw-CSV parser on the CSV of a real H200 report and on a hand-written
+multi-kernel sample, the rejected-metric parser, ncu missing from PATH and the retry loop against a stand-in ncu
+script. On the H200 (ncu 2025.3.1, Firecracker VM): the command line, the driver, the report import and every
+metric name here; 11 replay passes per kernel for this metric set.
 """
 
 from __future__ import annotations
@@ -82,6 +82,8 @@ METRICS: tuple[str, ...] = (
     "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
     "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
     "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+    "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
     "smsp__issue_active.avg.pct_of_peak_sustained_active",
     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",

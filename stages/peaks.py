@@ -1,10 +1,8 @@
 """Machine ceilings for the roofline: the peak rates a kernel cannot beat, per GPU name.
 
-The numbers are a table, not a measurement made here: `peaks_for` looks the GPU up by the name CUDA reports
-(`torch.cuda.get_device_name()`) and says None for anything else (a CPU, an unknown GPU), so no SOL claim is made
-there. Later step (not built): measure the peaks on each GPU worker (a device-to-device copy, a large matmul per
-dtype, an empty-kernel launch loop) and cache them per machine, keyed by GPU name, driver and clocks; the
-measured entry then replaces the table's.
+`peaks_for` looks the GPU up by the name CUDA reports (`torch.cuda.get_device_name()`): a measurement of that GPU
+cached on this machine (stages/ceilings.py: measured once per GPU model and driver, by the profile stage on its
+first run) wins, else this table, else None (a CPU, an unknown GPU): no SOL claim is made there.
 """
 
 from __future__ import annotations
@@ -46,5 +44,7 @@ KNOWN_PEAKS: dict[str, Peaks] = {
 
 
 def peaks_for(device_name: str) -> Peaks | None:
-    """The ceilings of the GPU named `device_name`, or None when we know none (no roofline claims there)."""
-    return KNOWN_PEAKS.get(device_name.strip())
+    """The ceilings of the GPU named `device_name`: measured here if cached, else the table's, else None."""
+    from stages.ceilings import cached  # imports this module
+
+    return cached(device_name.strip()) or KNOWN_PEAKS.get(device_name.strip())

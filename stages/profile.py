@@ -1,9 +1,10 @@
-"""Profile one candidate on one workload: counted work and the analytic SOL floor and class; on a GPU also its
+"""Profile one candidate, or one baseline (eager or torch.compile of the reference), on one workload: counted work and the analytic SOL floor and class; on a GPU also its
 time, energy per call, achieved rates and Nsight Compute hardware counters per kernel (issue 3, step 1).
 
 Always (no GPU needed): the workload's counted work (stages/roofline.py, on meta tensors), its SOL floor and its
 bottleneck class from the analytic terms (`bound_source="analytic"`; a later helper refines the class from the
-counters). Peaks come from `peaks_for(<this GPU's name>)`; on a machine without a GPU the numbers are given for
+counters). Peaks come from `peaks_for(<this GPU's name>)`, measured on this machine on the first profile
+(stages/ceilings.py) and cached; on a machine without a GPU the numbers are given for
 TARGET_GPU (the H200 we optimize for) and the message says so; on an unknown GPU no floor and no class are given.
 
 On CUDA, in this process:
@@ -22,9 +23,10 @@ timing stay.
 
 Verified on CPU (tests/test_profile.py, tests/test_ncu.py): the CPU path (analytic floor and class for 01_softmax
 on the H200's peaks = memory, counters unavailable with the reason, no time and no energy, candidate faults as
-failure rows), the raw-CSV parser on a hand-written sample in the recorded format, the rejected-metric parser,
-and ncu missing from PATH. The GPU path (timing, NVML energy, the ncu command line, the driver, the report import
-and the real metric names on the H200) has not run yet: it awaits a run on the H200 and makes no claim until then.
+failure rows, baselines), the raw-CSV parser on a real H200 report's CSV and on a hand-written multi-kernel
+sample, the rejected-metric parser, and ncu missing from PATH. On the H200 (BENCHMARKS.md, 2026-11-30): the whole
+GPU path for 12 defect kernels (CUDA C++ and Triton), 3 builtin candidates and, for 4 suite problems, the best
+candidate, eager and torch.compile; every metric in stages/ncu.METRICS was accepted by ncu 2025.3.1.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 import torch
 
-from stages import roofline
+from stages import ceilings, roofline
 from stages.candidate import load_model_class
 from stages.contracts import FailureKind, Problem, ProfileRequest, ProfileResult, Workload
 from stages.energy import j_per_call
@@ -56,7 +58,8 @@ NCU_MARGIN_S = 15.0  # ncu must finish this long before the stage's deadline (th
 
 
 def failed(req: ProfileRequest, kind: FailureKind, message: str, blobs: dict[str, str] | None = None) -> ProfileResult:
-    return ProfileResult(candidate_id=req.candidate.id, problem_id=req.problem.id, status="failed", failure_kind=kind,
+    return ProfileResult(candidate_id=req.subject_id, contender=req.contender, problem_id=req.problem.id,
+                         status="failed", failure_kind=kind,
                          message=message, blobs=blobs or {}, device=req.device,
                          workload=req.workload or (req.problem.gpu_workloads[0].name if req.problem.gpu_workloads
                                                    else ""),
@@ -76,14 +79,17 @@ def pick_workload(problem: Problem, name: str | None) -> Workload:
 
 # ---- measuring in this process ----
 
-def instance(req: ProfileRequest, w: Workload, device: str) -> tuple[torch.nn.Module, list[Any]]:
-    """The candidate with the workload's fixed-seed weights and one draw of its declared inputs on `device`
-    (stages/ncu.py's driver profiles the same)."""
+def instance(req: ProfileRequest, w: Workload, device: str) -> tuple[Any, list[Any]]:
+    """The contender with the workload's fixed-seed weights and one draw of its declared inputs on `device`
+    (stages/ncu.py's driver profiles the same): the candidate, the reference (eager), or torch.compile of it."""
     module = import_problem(req.problem.path)
-    new_cls = load_model_class(req.candidate, req.workdir)
-    _, new = build(module, new_cls, w, device, seed=trial_seed(0, w.name, "init"))
-    assert new is not None
-    return new, draw(module, w, trial_seed(0, w.name, "profile"), "declared", device)
+    new_cls = load_model_class(req.candidate, req.workdir) if req.candidate is not None else None
+    ref, new = build(module, new_cls, w, device, seed=trial_seed(0, w.name, "init"))
+    inputs = draw(module, w, trial_seed(0, w.name, "profile"), "declared", device)
+    if req.contender == "candidate":
+        assert new is not None
+        return new, inputs
+    return (ref if req.contender == "eager" else torch.compile(ref)), inputs
 
 
 def _measure(req: ProfileRequest, w: Workload) -> tuple[float, float | None, str]:
@@ -107,6 +113,9 @@ def _measure(req: ProfileRequest, w: Workload) -> tuple[float, float | None, str
 
 def _smoke_cpu(req: ProfileRequest, notes: list[str]) -> None:
     """On CPU: one call on the first CPU workload, so a candidate that cannot run fails here as elsewhere."""
+    if req.candidate is None:
+        notes.append(f"baseline {req.contender} not run on CPU: nothing to check without a GPU")
+        return
     if not req.problem.cpu_workloads or req.candidate.backend == "cuda":
         notes.append("candidate not run on CPU (" + ("CUDA C++ needs a GPU" if req.problem.cpu_workloads
                                                      else "the problem declares no CPU workload") + ")")
@@ -130,6 +139,11 @@ def run(req: ProfileRequest) -> ProfileResult:
     w = pick_workload(req.problem, req.workload)
     cuda = req.device == "cuda" and torch.cuda.is_available()
     gpu = torch.cuda.get_device_name() if cuda else TARGET_GPU
+    if cuda:  # measured once per GPU model and driver, then cached; a failure is said, the table stays in use
+        try:
+            notes.append(f"ceilings: {ceilings.for_this_gpu().source}"[:600])
+        except Exception as e:
+            notes.append(f"ceilings not measured ({type(e).__name__}: {e})"[:600])
     peaks = peaks_for(gpu)
     work = roofline.count_work(req.problem, w)
     floor = roofline.sol_floor_us(work, peaks) if peaks else None
@@ -137,7 +151,7 @@ def run(req: ProfileRequest) -> ProfileResult:
         notes.append(f"no GPU here: floor and class are for {TARGET_GPU}; no time, energy or counters")
     elif peaks is None:
         notes.append(f"no peaks known for {gpu!r}: no SOL floor, fraction or class")
-    result = ProfileResult(candidate_id=req.candidate.id, problem_id=req.problem.id, status="ok",
+    result = ProfileResult(candidate_id=req.subject_id, contender=req.contender, problem_id=req.problem.id, status="ok",
                            device="cuda" if cuda else "cpu", workload=w.name, counters="unavailable",
                            flops=work.flops, bytes_min=float(work.bytes_min), sol_floor_us=floor)
     try:

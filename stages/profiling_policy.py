@@ -20,6 +20,8 @@ COMPLEX_KERNELS = 2  # ... and so is one that compiles to this many kernels or m
 class ProfilingPolicy(Contract):
     enabled: bool = Field(default=True, description="profile at all")
     promoted_only: bool = Field(default=True, description="profile only candidates the search promotes")
+    baselines: bool = Field(default=True, description="also profile the baselines (eager, torch.compile) once per "
+                            "run, on the candidates' workload")
     settle_after: int = Field(default=2, ge=1, description="promotions with one structure before complex kernels "
                               "are profiled")
 

@@ -1,8 +1,9 @@
 """Refine stage: the micro-profiling tools' findings on one candidate, as Feedback (KernelPro's stage two).
 
 `run(req)` takes the bottleneck class from the evidence, else decides it (stages/classify.py: counters, else
-counted work), runs the tools that class selects (stages.tools.select), keeps their findings most severe first
-(at most max_findings; below MIN_SEVERITY they are noise and dropped) and renders `text`: a compact plain-words block for a generator's prompt (class, time
+counted work), runs the tools that class selects (stages.tools.select) and keeps their findings (below MIN_SEVERITY they are noise and dropped): causes first,
+most severe first, then the findings another finding on the same kernel explains (a tool's EXPLAINS: e.g.
+long-scoreboard stalls under low occupancy), marked `explained_by`; at most max_findings. It renders `text`: a compact plain-words block for a generator's prompt (class, time
 against the SOL floor, then each finding as diagnosis -> recommendation). Pure: no GPU, no I/O, no Prefect.
 """
 
@@ -11,11 +12,11 @@ from __future__ import annotations
 from pydantic import Field
 
 from stages.classify import classify
-from stages.contracts import Candidate, CompileResult, Contract, Feedback, Finding, Problem, ProfileResult
+from stages.contracts import CompileResult, Contract, Feedback, Finding, Problem, ProfileResult
 from stages.peaks import peaks_for
 from stages.profile import TARGET_GPU
 from stages.roofline import count_work
-from stages.tools import Evidence, select
+from stages.tools import Evidence, explains, select
 
 MIN_SEVERITY = 0.01  # findings estimated to recover less than 1% of the time are left out
 
@@ -28,6 +29,8 @@ class RefineRequest(Contract):
 def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
     """The findings as prompt-ready plain text."""
     lines = [f"Bottleneck class: {ev.bound or 'unknown'}" + (f" (decided by {source})." if source else ".")]
+    if ev.contender != "candidate":
+        lines.insert(0, f"Baseline: the reference under {'torch.compile' if ev.contender == 'compile' else 'eager'}.")
     if ev.time_us is not None and ev.sol_floor_us:
         lines.append(f"Time {ev.time_us:.1f} us against a speed-of-light floor of {ev.sol_floor_us:.1f} us "
                      f"({ev.sol_floor_us / ev.time_us:.0%} of speed of light).")
@@ -35,21 +38,33 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
         lines.append("No micro-profiling tool found a specific problem.")
     for i, f in enumerate(findings, 1):
         where = f" in {f.kernel}" if f.kernel else ""
-        lines.append(f"{i}. [{f.tool}, ~{f.severity:.0%} of the time]{where}: {f.diagnosis} -> {f.recommendation}")
+        cause = f", likely a consequence of {f.explained_by}" if f.explained_by else ""
+        lines.append(f"{i}. [{f.tool}, ~{f.severity:.0%} of the time{cause}]{where}: {f.diagnosis} -> "
+                     f"{f.recommendation}")
     return "\n".join(lines)
 
 
-def evidence(problem: Problem, candidate: Candidate, compiled: CompileResult | None, profile: ProfileResult,
-             gpu_name: str | None) -> Evidence:
+def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileResult, gpu_name: str | None) -> Evidence:
     """What the tools read, gathered from the stages' results (counted work recomputed on meta tensors); the
     profile's analytic class is kept when there are no counters; with counters, refine classifies from them."""
     workload = next((w for w in problem.gpu_workloads + problem.cpu_workloads if w.name == profile.workload), None)
     bound = None if profile.counters == "ncu" else profile.bound  # measured counters: refine decides from them
-    return Evidence(problem_id=problem.id, candidate_id=candidate.id, bound=bound, time_us=profile.time_us,
+    return Evidence(problem_id=problem.id, candidate_id=profile.candidate_id, contender=profile.contender, bound=bound, time_us=profile.time_us,
                     sol_floor_us=profile.sol_floor_us, work=count_work(problem, workload) if workload else None,
                     profile=profile, binaries=compiled.kernels if compiled else [],
                     peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for
                     launches_per_call=sum(k.invocations for k in profile.kernels) if profile.kernels else None)
+
+
+def causes_first(found: list[Finding]) -> list[Finding]:
+    """The findings, each marked with the most severe other finding that explains it on the same kernel (or on
+    the whole call)."""
+    out = []
+    for f in found:
+        causes = [g for g in found if g is not f and f.tool in explains(g.tool) and g.kernel in (f.kernel, None)]
+        cause = max(causes, key=lambda g: g.severity, default=None)
+        out.append(f.model_copy(update={"explained_by": cause.tool}) if cause else f)
+    return out
 
 
 def run(req: RefineRequest) -> Feedback:
@@ -60,8 +75,9 @@ def run(req: RefineRequest) -> Feedback:
         ev = ev.model_copy(update={"bound": bound})
     tools = select(ev.bound)
     found = [f for t in tools for f in t.check(ev) if f.severity >= MIN_SEVERITY]
-    findings = sorted(found, key=lambda f: -f.severity)[:req.max_findings]
-    return Feedback(problem_id=ev.problem_id, candidate_id=ev.candidate_id, bound=ev.bound,
+    findings = sorted(causes_first(found), key=lambda f: (f.explained_by is not None, -f.severity))
+    findings = findings[:req.max_findings]
+    return Feedback(problem_id=ev.problem_id, candidate_id=ev.candidate_id, contender=ev.contender, bound=ev.bound,
                     tools_run=[t.NAME for t in tools], findings=findings, text=render(ev, source, findings))
 
 

@@ -1,6 +1,10 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run on CPU tensors in tests (before triton is imported)
+if "KERNELFLOW_CACHE" not in os.environ:  # measured GPU ceilings of this machine never leak into the tests
+    import tempfile
+
+    os.environ["KERNELFLOW_CACHE"] = tempfile.mkdtemp(prefix="kf-cache-")
 
 
 import pytest  # noqa: E402

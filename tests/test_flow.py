@@ -1,15 +1,24 @@
 """The optimize flow end to end on CPU under Prefect's test harness: every artifact kept, leaderboard shown."""
 
 import contextlib
+import importlib.util
 import io
 import json
 from pathlib import Path
 
 import pandas as pd
 
+from artifacts.store import Store
 from kernelflow.cli import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def bench_script():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "scripts" / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
@@ -25,8 +34,16 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
     assert set(tables["runs"].status) == {"running", "finished"}
     assert (tables["verifications"].status == "ok").all(), tables["verifications"].message.tolist()
     profiles, feedback = (pd.read_parquet(tmp_path / "tables" / t) for t in ("profiles", "feedback"))
-    assert len(profiles) >= 1 and set(profiles.counters) == {"unavailable"}  # CPU: analytic roofline only
+    assert len(profiles) >= 2 and set(profiles.counters) == {"unavailable"}  # CPU: analytic roofline only
     assert set(feedback.bound) == {"memory"} and "Bottleneck class: memory" in feedback.text.iloc[0]
+    eager = profiles[profiles.contender == "eager"]  # the baselines (on CPU: eager only), profiled once per run
+    assert list(eager.candidate_id) == ["eager"] and (profiles.contender == "candidate").any()
+    assert "Baseline: the reference under eager" in feedback[feedback.contender == "eager"].text.iloc[0]
+    bench = bench_script()  # what `make bench-gpu` reports of a run's profiles
+    cells = bench.profiles_of(Store(str(tmp_path)), summary["run_id"], summary["best_candidate_id"])
+    assert set(cells) == {"candidate", "eager"} and cells["eager"]["bound"] == "memory"
+    row = {"problem": "17", "profiles": cells}
+    assert "| best candidate | memory | none |" in bench.render_profiles([row])
     for blob in tables["verifications"].blobs:
         for sha in json.loads(blob).values():
             assert (tmp_path / "blobs" / sha[:2] / sha).is_file()

@@ -30,6 +30,16 @@ def test_raw_csv_is_grouped_per_kernel_with_per_launch_means():
     assert kernels[1].metrics["launch__block_size"] == 128
 
 
+def test_real_h200_csv_parses_to_every_metric():
+    """`ncu --import <report> --csv --page raw --print-units base` of the fma_low_ilp defect on the H200 (ncu
+    2025.3.1): ncu adds ~200 device__attribute and launch columns of its own; every metric we asked for is read."""
+    [k] = ncu_stage.parse_raw_csv((ROOT / "tests" / "fixtures" / "ncu" / "raw_h200.csv").read_text())
+    assert k.kernel.startswith("chain_kernel") and k.invocations == 1 and 600 < k.duration_us < 800
+    assert set(k.metrics) == set(ncu_stage.METRICS) and all(v is not None for v in k.metrics.values())
+    assert k.metrics["launch__grid_size"] == 132 and k.metrics["device__attribute_multiprocessor_count"] == 132
+    assert k.metrics["dram__bytes_read.sum"] > 1e8  # bytes (base units), not Mbyte
+
+
 def test_raw_csv_scales_units_and_skips_noise_before_the_header():
     lines = RAW_CSV.splitlines()
     lines[1] = lines[1].replace('"nsecond"', '"usecond"', 1)

@@ -47,3 +47,23 @@ def test_a_candidate_that_raises_is_a_failure_row(tmp_path: Path):
 def test_a_crashing_candidate_is_a_crash_row_in_its_own_process(tmp_path: Path):
     result = run_stage("profile", request(fixture("segfault"), tmp_path, timeout_s=60))
     assert (result.status, result.failure_kind) == ("failed", "crash") and "stage_log" in result.blobs
+
+
+def test_a_baseline_is_profiled_without_a_candidate(tmp_path: Path):
+    req = ProfileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX, contender="eager",
+                         device="cpu")
+    result = run_stage("profile", req)
+    assert (result.status, result.candidate_id, result.contender, result.bound) == ("ok", "eager", "eager", "memory")
+    assert "baseline eager not run on CPU" in result.message
+    w = SOFTMAX.cpu_workloads[0]
+    eager, inputs = profile.instance(req, w, "cpu")
+    assert type(eager).__name__ == "Model" and eager(*inputs).shape == inputs[0].shape
+    compiled, _ = profile.instance(req.model_copy(update={"contender": "compile"}), w, "cpu")
+    assert type(compiled).__name__ == "OptimizedModule" and compiled._orig_mod is not eager  # torch.compile(reference)
+
+
+def test_candidate_and_contender_must_agree(tmp_path: Path):
+    with pytest.raises(ValueError, match="exactly when contender"):
+        request(fixture("good"), tmp_path, contender="eager")
+    with pytest.raises(ValueError, match="exactly when contender"):
+        ProfileRequest(workdir="w", blob_dir="b", problem=SOFTMAX, device="cpu")

@@ -100,7 +100,7 @@ def test_evidence_from_stage_results_lets_counters_decide_the_class():
                             counters="ncu", time_us=600.0, sol_floor_us=499.4, bound="compute",
                             bound_source="analytic", kernels=[KernelProfile(kernel="k", invocations=1,
                                                                             duration_us=600.0, metrics=measured)])
-    ev = gather(problem, cand, None, profile, "NVIDIA H200")
+    ev = gather(problem, None, profile, "NVIDIA H200")
     assert ev.bound is None and ev.work is not None and ev.launches_per_call == 1
     feedback = run(RefineRequest(evidence=ev))
     assert feedback.bound == "memory" and "counters" in feedback.text

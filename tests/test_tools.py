@@ -95,7 +95,8 @@ FIRES = {
                      "12 kernel launches"),
     "dram_excess": (evidence({"dram__bytes_read.sum": 1000 * MB}), "reduce_dram_traffic", "3.0x"),
     "fma_low_ilp": (evidence({"sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": 35.0,
-                              "smsp__issue_active.avg.pct_of_peak_sustained_active": 40.0}), "increase_ilp", "35%"),
+                              "smsp__issue_active.avg.pct_of_peak_sustained_active": 40.0,
+                              "dram__throughput.avg.pct_of_peak_sustained_elapsed": 20.0}), "increase_ilp", "35%"),
     "costly_instructions": (evidence({"sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": 60.0}),
                             "cheaper_instructions", "60%"),
 }
@@ -151,3 +152,11 @@ def test_launch_overhead_is_measured_from_kernel_durations_when_profiled():
     ev.profile.kernels[0].duration_us, ev.profile.kernels[0].invocations = 2.0, 12
     [f] = TOOLS["launch_bound"].check(ev)
     assert f.evidence["overhead_us"] == 56.0 and "kernels run 24.0 us" in f.diagnosis
+
+
+def test_no_binary_no_coalescing_verdict():
+    """Without SASS the access width is unknown: 16 sectors per request may be 128-bit loads (inductor's)."""
+    ev = evidence({"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 16e6}).model_copy(update={"binaries": []})
+    assert TOOLS["uncoalesced_access"].check(ev) == []
+    assert TOOLS["uncoalesced_access"].check(evidence({"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 16e6},
+                                                      sass=narrow()))  # 32-bit loads in SASS: 4x the ideal

@@ -3,6 +3,9 @@
 A tool is a module with
 - NAME: its registry name;
 - CLASSES: the bottleneck classes that select it (`select`; "mixed" or an unknown class runs every tool);
+- EXPLAINS (optional): tools whose findings on the same kernel are likely consequences of this tool's (too few
+  warps or blocks, wasted sectors and spills all show up as long-scoreboard stalls); refine lists a consequence
+  after its cause, marked `explained_by`, so a generator fixes the cause first;
 - check(ev: Evidence) -> list[Finding]: a trigger over Nsight Compute metrics, SASS statistics, ptxas resources
   or counted work; when it fires, a diagnosis with the numbers, a recommendation in plain words and an Action
   the builtin proposer can apply. A tool whose inputs are missing (None, or no counters here) says nothing.
@@ -21,7 +24,7 @@ from typing import Protocol
 
 from pydantic import Field
 
-from stages.contracts import Bound, Contract, Finding, KernelBinary, KernelProfile, ProfileResult
+from stages.contracts import Bound, Contender, Contract, Finding, KernelBinary, KernelProfile, ProfileResult
 from stages.peaks import Peaks
 from stages.roofline import Work
 from stages.sass import SassStats
@@ -31,7 +34,8 @@ class Evidence(Contract):
     """Everything the tools may read about one candidate on one workload."""
 
     problem_id: str = Field(description="the problem")
-    candidate_id: str = Field(description="the candidate judged")
+    candidate_id: str = Field(description="the candidate judged (a baseline's name for a baseline)")
+    contender: Contender = Field(default="candidate", description="the candidate, or the baseline profiled")
     bound: Bound | None = Field(default=None, description="bottleneck class (stages/classify.py); None: unknown")
     time_us: float | None = Field(default=None, description="median time per forward call, microseconds")
     sol_floor_us: float | None = Field(default=None, description="analytic SOL floor of the workload, microseconds")
@@ -69,9 +73,11 @@ def kernel_time_us(k: KernelProfile) -> float | None:
 
 
 def share(ev: Evidence, k: KernelProfile) -> float:
-    """The kernel's share of the profiled GPU time; an equal split when durations are missing."""
+    """The kernel's share of the call: its GPU time over the call's measured time, or over the profiled kernels'
+    total when that is larger (launch gaps count: speeding up a kernel of a launch-bound call recovers little);
+    an equal split when durations are missing."""
     times = {id(x): kernel_time_us(x) or 0.0 for x in kernels(ev)}
-    total = sum(times.values())
+    total = max(sum(times.values()), ev.time_us or 0.0)
     return times.get(id(k), 0.0) / total if total > 0 else 1.0 / max(len(times), 1)
 
 
@@ -138,6 +144,11 @@ from . import (  # noqa: E402  (tools import the helpers above)
 TOOLS: dict[str, Tool] = {t.NAME: t for t in (
     uncoalesced_access, low_occupancy, spills, tensor_cores_unused, bank_conflicts, warp_divergence,
     long_scoreboard, tail_wave, launch_bound, dram_excess, fma_low_ilp, costly_instructions)}
+
+
+def explains(tool: str) -> frozenset[str]:
+    """The tools whose findings a finding of `tool` on the same kernel explains (its module's EXPLAINS)."""
+    return frozenset(getattr(TOOLS[tool], "EXPLAINS", frozenset()))
 
 
 def select(bound: Bound | None) -> list[Tool]:

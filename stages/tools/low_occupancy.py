@@ -17,6 +17,7 @@ from stages.tools import Evidence, binary_share, kernels, metric, severity, shar
 
 NAME = "low_occupancy"
 CLASSES = frozenset({"memory", "latency"})
+EXPLAINS = frozenset({"long_scoreboard"})  # too few warps per SM leave loads uncovered
 LOW_PCT = 25.0  # achieved occupancy below this (% of max warps per SM): low
 THEORETICAL_PCT = 50.0  # theoretical occupancy below this: a resource limit binds
 HEAVY_REGISTERS = 128  # registers per thread that alone cap occupancy at 25%

@@ -14,6 +14,7 @@ from stages.tools import Evidence, binary_share, kernels, metric, sass_of, sever
 
 NAME = "spills"
 CLASSES = frozenset({"compute", "memory", "latency"})
+EXPLAINS = frozenset({"long_scoreboard"})  # local-memory loads are long-scoreboard waits
 MIN_LOCAL_BYTES = 0.0  # any local-memory traffic counts
 FLOOR_SEVERITY, STATIC_SEVERITY = 0.05, 0.15
 _LD, _ST = "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum", "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"

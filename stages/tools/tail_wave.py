@@ -15,6 +15,7 @@ from stages.tools import Evidence, kernels, metric, severity, share
 
 NAME = "tail_wave"
 CLASSES = frozenset({"compute", "memory", "latency"})
+EXPLAINS = frozenset({"long_scoreboard"})  # too few blocks leave loads uncovered
 FEW_WAVES = 4.0  # with this many waves or more, a partial last wave costs little
 TAIL_FRACTION = 0.5  # last wave at most this full: a tail
 

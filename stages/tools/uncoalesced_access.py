@@ -2,7 +2,10 @@
 
 Trigger (counters): global load or store sectors per request above EXCESS x the ideal for the access width. A
 warp of 32 threads reading consecutive w-bit words touches w/8 sectors of 32 B per request: 4 for 32-bit, 16
-for 128-bit. The width is the kernel's mean SASS load (store) width when its binary is known, else 32 bits.
+for 128-bit. The width is the kernel's mean SASS load (store) width when its binary is known, else WIDE_BITS,
+so a kernel we hold no binary of (a baseline's: PyTorch's and inductor's kernels load 128 bits where they can)
+is never blamed for sectors its unknown width may explain. An earlier 32-bit assumption flagged every eager and
+torch.compile kernel of 03_layernorm and 05_gelu_tanh on the H200.
 Severity: the wasted share of the sectors (1 - ideal / measured) x the kernel's share of the time.
 Trigger (static, for a kernel without those counters): a memory-bound call whose kernel's mean global load width
 is below WIDE_BITS. Severity: NARROW_SEVERITY x (1 - width / WIDE_BITS) x share: narrow but coalesced loads waste
@@ -27,6 +30,7 @@ from stages.tools import (
 
 NAME = "uncoalesced_access"
 CLASSES = frozenset({"memory", "latency"})
+EXPLAINS = frozenset({"long_scoreboard"})  # wasted sectors lengthen every load
 EXCESS = 2.0  # sectors per request above this multiple of the ideal: uncoalesced
 WIDE_BITS = 128  # the widest per-thread global access (LDG.128)
 NARROW_SEVERITY = 0.2  # severity of 8-bit loads on a memory-bound kernel (scaled down toward 128 bits)
@@ -37,9 +41,10 @@ _FIX = ("Make consecutive threads touch consecutive addresses (swap the thread-t
 
 
 def _width(s: SassStats | None, kind: str) -> float:
+    """Mean access width in bits from SASS; WIDE_BITS when unknown (see the module doc)."""
     counts = {w: getattr(s, f"global_{kind}_{w}bit") for w in (8, 16, 32, 64, 128)} if s else {}
     n = sum(counts.values())
-    return sum(w * c for w, c in counts.items()) / n if n else 32.0
+    return sum(w * c for w, c in counts.items()) / n if n else float(WIDE_BITS)
 
 
 def check(ev: Evidence) -> list[Finding]:
