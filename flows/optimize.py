@@ -1,5 +1,5 @@
-"""The optimize flow: [generate → compile → verify → benchmark (→ profile → refine when promoted)]* under a budget,
-greedy; then the baselines are profiled once.
+"""The optimize flow: [generate → compile → verify → benchmark (→ profile → refine when promoted)]* under a
+budget, greedy; then the baselines are profiled once.
 
 Thin by design: stages do the work, tasks declare resilience, the store keeps every artifact. Stop
 conditions raise StopSearch with their reason and are caught in one place.

@@ -75,12 +75,13 @@ def profiler_fingerprint() -> str:
 
 
 def profile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """(binaries, GPU, ncu version): the candidate's compiled binaries stand for it, with its source and workload."""
+    """(candidate or baseline, its binaries, workload, problem, GPU, ncu version, toolchain): a candidate is its
+    compiled binaries and source; a baseline (no binaries) is the reference under this torch."""
     req: ProfileRequest = parameters["req"]
     compiled: CompileResult | None = parameters["compiled"]
     binaries = sorted(compiled.blobs.values()) if compiled else []
-    text = "\n".join([req.subject_id, req.contender, *binaries, str(req.workload), req.problem.source_sha256, req.blob_dir,
-                      profiler_fingerprint(), toolchain_fingerprint()])
+    text = "\n".join([req.subject_id, req.contender, *binaries, str(req.workload), req.problem.source_sha256,
+                      req.blob_dir, profiler_fingerprint(), toolchain_fingerprint()])
     return "profile-" + hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -4,7 +4,7 @@ Written on the GPU machine by scripts/capture_ncu_fixtures.py (the defect fixtur
 and by `scripts/bench_gpu.py --profile-only` (bench/profiles/<problem>.<contender>.json), so the tools can be
 recalibrated and BENCHMARKS.md's advice columns re-derived (`--rerefine`) without spending GPU time again.
 
-    {"expected_tool": tool or null, "problem": path relative to the repository, "gpu": device name,
+    {"expected_tool": tool or null, "problem": path relative to the repository (else absolute), "gpu": device name,
      "candidate": Candidate or null (a baseline), "kernels": [KernelBinary: ptxas and SASS statistics],
      "profile": ProfileResult with its blob references dropped (the .ncu-rep stays in the run's store)}
 """
@@ -24,7 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def dump(path: Path, problem_path: Path, gpu: str | None, profile: ProfileResult, candidate: Candidate | None = None,
          kernels: list[KernelBinary] | None = None, expected_tool: str | None = None) -> None:
-    record = {"expected_tool": expected_tool, "problem": str(Path(problem_path).resolve().relative_to(ROOT)),
+    problem = Path(problem_path).resolve()
+    record = {"expected_tool": expected_tool,
+              "problem": str(problem.relative_to(ROOT) if problem.is_relative_to(ROOT) else problem),
               "gpu": gpu, "candidate": candidate.model_dump(mode="json") if candidate else None,
               "kernels": [k.model_dump(mode="json") for k in kernels or []],
               "profile": profile.model_copy(update={"blobs": {}}).model_dump(mode="json")}

@@ -1,5 +1,6 @@
-"""Profile one candidate, or one baseline (eager or torch.compile of the reference), on one workload: counted work and the analytic SOL floor and class; on a GPU also its
-time, energy per call, achieved rates and Nsight Compute hardware counters per kernel (issue 3, step 1).
+"""Profile one candidate, or one baseline (eager or torch.compile of the reference), on one workload: counted
+work and the analytic SOL floor and class; on a GPU also its time, energy per call, achieved rates and Nsight
+Compute hardware counters per kernel (issue 3, step 1).
 
 Always (no GPU needed): the workload's counted work (stages/roofline.py, on meta tensors), its SOL floor and its
 bottleneck class from the analytic terms (`bound_source="analytic"`; a later helper refines the class from the

@@ -1,10 +1,12 @@
 """Refine stage: the micro-profiling tools' findings on one candidate, as Feedback (KernelPro's stage two).
 
 `run(req)` takes the bottleneck class from the evidence, else decides it (stages/classify.py: counters, else
-counted work), runs the tools that class selects (stages.tools.select) and keeps their findings (below MIN_SEVERITY they are noise and dropped): causes first,
-most severe first, then the findings another finding on the same kernel explains (a tool's EXPLAINS: e.g.
-long-scoreboard stalls under low occupancy), marked `explained_by`; at most max_findings. It renders `text`: a compact plain-words block for a generator's prompt (class, time
-against the SOL floor, then each finding as diagnosis -> recommendation). Pure: no GPU, no I/O, no Prefect.
+counted work), runs the tools that class selects (stages.tools.select) and keeps their findings (below
+MIN_SEVERITY they are noise and dropped): causes first, most severe first, then the findings another finding on
+the same kernel explains (a tool's EXPLAINS: e.g. long-scoreboard stalls under low occupancy), marked
+`explained_by`; at most max_findings. It renders `text`: a compact plain-words block for a generator's prompt
+(class, time against the SOL floor, then each finding as diagnosis -> recommendation). Pure: no GPU, no I/O, no
+Prefect.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
     """The findings as prompt-ready plain text."""
     lines = [f"Bottleneck class: {ev.bound or 'unknown'}" + (f" (decided by {source})." if source else ".")]
     if ev.contender != "candidate":
-        lines.insert(0, f"Baseline: the reference under {'torch.compile' if ev.contender == 'compile' else 'eager'}.")
+        mode = "torch.compile" if ev.contender == "compile" else "eager"
+        lines.insert(0, f"Baseline: the reference under {mode}.")
     if ev.time_us is not None and ev.sol_floor_us:
         lines.append(f"Time {ev.time_us:.1f} us against a speed-of-light floor of {ev.sol_floor_us:.1f} us "
                      f"({ev.sol_floor_us / ev.time_us:.0%} of speed of light).")
@@ -44,12 +47,14 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
     return "\n".join(lines)
 
 
-def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileResult, gpu_name: str | None) -> Evidence:
+def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileResult,
+             gpu_name: str | None) -> Evidence:
     """What the tools read, gathered from the stages' results (counted work recomputed on meta tensors); the
     profile's analytic class is kept when there are no counters; with counters, refine classifies from them."""
     workload = next((w for w in problem.gpu_workloads + problem.cpu_workloads if w.name == profile.workload), None)
     bound = None if profile.counters == "ncu" else profile.bound  # measured counters: refine decides from them
-    return Evidence(problem_id=problem.id, candidate_id=profile.candidate_id, contender=profile.contender, bound=bound, time_us=profile.time_us,
+    return Evidence(problem_id=problem.id, candidate_id=profile.candidate_id, contender=profile.contender,
+                    bound=bound, time_us=profile.time_us,
                     sol_floor_us=profile.sol_floor_us, work=count_work(problem, workload) if workload else None,
                     profile=profile, binaries=compiled.kernels if compiled else [],
                     peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for
