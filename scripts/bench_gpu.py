@@ -81,16 +81,15 @@ def profiles_of(store: Store, run_id: str, best: str | None) -> dict:
     """The run's last profile of the best candidate and of each baseline, with their feedback."""
     profiles, feedback = store.read("profiles", run_id), store.read("feedback", run_id)
     out: dict = {}
-    if profiles.empty or "contender" not in profiles:
+    if profiles.empty or "contender" not in profiles:  # a run from before baselines were profiled
         return out
     for who in ("candidate", "eager", "compile"):
-        rows = profiles[(profiles.contender == who) & ((profiles.candidate_id == best) if who == "candidate"
-                                                       else True)]
+        rows = profiles[(profiles.contender == who) & ((profiles.candidate_id == best) | (who != "candidate"))]
         if rows.empty:
             continue
         p = rows.iloc[-1].to_dict()
         fb = feedback[(feedback.contender == who) & (feedback.candidate_id == p["candidate_id"])] \
-            if not feedback.empty and "contender" in feedback else feedback
+            if not feedback.empty else feedback
         last = fb.iloc[-1].to_dict() if not fb.empty else {}
         out[who] = profile_cell(p, last.get("bound"), json.loads(last.get("findings") or "[]"))
     return out
@@ -105,6 +104,7 @@ def profile_only(args: argparse.Namespace) -> None:
     from stages.executor import run_stage
     from stages.problem import import_problem, load_problem
     from stages.templates import TEMPLATES
+    from stages.templates.lowering import trace
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None  # None: a CPU dry run
     work = Path(args.store) / "profile-only"
@@ -124,7 +124,7 @@ def profile_only(args: argparse.Namespace) -> None:
         if data.get("best_origin"):
             family, params = data["best_origin"][0], json.loads(data["best_origin"][1])
             template = TEMPLATES[family]
-            source = template.render(template.match(problem, import_problem(problem.path)), params)
+            source = template.render(template.match(problem, trace(problem, import_problem(problem.path))), params)
             cand = Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer=family, params=params))
             data["rebuilt_candidate_id"] = cand.id  # equal to data["best"] unless the template changed since
             compiled = run_stage("compile", CompileRequest(candidate=cand, problem=problem,

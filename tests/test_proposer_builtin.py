@@ -12,6 +12,7 @@ from stages.candidate import load_model_class
 from stages.contracts import Candidate, GenerateRequest, Origin
 from stages.problem import import_problem, load_problem, workload_call
 from stages.templates import TEMPLATES
+from stages.templates.lowering import trace
 
 PROBLEMS = sorted(Path(__file__).resolve().parents[1].glob("problems/*.py"))
 COVERED = {"01_softmax", "02_log_softmax", "03_layernorm", "04_rmsnorm", "05_gelu_tanh", "06_row_mean", "07_row_max",
@@ -51,10 +52,11 @@ def test_every_proposed_variant_matches_the_reference(path: Path, tmp_path: Path
 @pytest.mark.parametrize("stem", ["01_softmax", "03_layernorm", "06_row_mean", "15_add_rmsnorm", "18_scaled_bias_softmax"])
 def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) -> None:
     path = next(p for p in PROBLEMS if p.stem == stem)
-    problem = load_problem(path)
-    plan = TEMPLATES["rowwise"].match(problem, import_problem(path))
-    params = {"num_warps": 4, "max_block_d": 32}  # CPU rows are wider than 32: every row takes the looped kernel
-    source = TEMPLATES["rowwise"].render(plan, params)
+    problem, module = load_problem(path), import_problem(path)
+    params = {"num_warps": 4, "max_block_d": 8}
+    for w in problem.cpu_workloads:  # every CPU row is wider than max_block_d: every row takes the looped kernel
+        assert max(x.shape[-1] for x in workload_call(module, w, "get_inputs", path, meta=True)) > 8, w.name
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
     assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
                    path, tmp_path)
 
@@ -81,8 +83,9 @@ def test_exclusion_seed_and_parent() -> None:
 @pytest.mark.parametrize("stem", ["08_matmul_fp32", "11_linear_bias_gelu", "12_matmul_scale_residual", "16_swiglu_bf16"])
 def test_small_tile_matmul_kernel_matches_the_reference(stem: str, tmp_path: Path) -> None:
     path = next(p for p in PROBLEMS if p.stem == stem)
-    plan = TEMPLATES["matmul"].match(load_problem(path), import_problem(path))
+    problem = load_problem(path)
+    plan = TEMPLATES["matmul"].match(problem, trace(problem, import_problem(path)))
     params = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 2, "GROUP_M": 2}
-    source = TEMPLATES["matmul"].render(plan, params)  # several tiles in grouped order, several K steps, ragged edges
+    source = TEMPLATES["matmul"].render(plan, params)  # several tiles (CPU M <= 32: one group), K steps, ragged edges
     assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="matmul", params=params)),
                    path, tmp_path)

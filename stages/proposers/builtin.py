@@ -13,6 +13,7 @@ from typing import Any
 from stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin
 from stages.problem import import_problem
 from stages.templates import TEMPLATES
+from stages.templates.lowering import trace
 from stages.templates.program import Plan, TemplateMismatch
 
 
@@ -33,11 +34,14 @@ def _ordered(family: str, plan: Plan, req: GenerateRequest) -> list[dict[str, An
 
 
 def _plans(req: GenerateRequest) -> tuple[dict[str, Plan], list[str]]:
-    module = import_problem(req.problem.path)
+    try:  # one trace for every family
+        traced = trace(req.problem, import_problem(req.problem.path))
+    except TemplateMismatch as e:
+        return {}, [e.reason]
     plans, reasons = {}, []
     for family, template in TEMPLATES.items():
         try:
-            plans[family] = template.match(req.problem, module)
+            plans[family] = template.match(req.problem, traced)
         except TemplateMismatch as e:
             reasons.append(f"{family}: {e.reason}")
     return plans, reasons
@@ -54,13 +58,17 @@ def propose(req: GenerateRequest) -> GenerateResult:
     candidates: list[Candidate] = []
     seen = set(req.exclude_ids)
     parent_id = req.parent.id if req.parent is not None else None
-    for family, plan in plans.items():
-        for params in _ordered(family, plan, req):
-            source = TEMPLATES[family].render(plan, params)
-            origin = Origin(kind="builtin", proposer=family, params=params)
-            candidate = Candidate.make(req.problem.id, "triton", source, origin, parent_id=parent_id)
-            if candidate.id not in seen and len(candidates) < req.n:
-                seen.add(candidate.id)
-                candidates.append(candidate)
-    message = "" if len(candidates) == req.n else f"{len(candidates)} of {req.n}: every other variant is excluded"
+    variants = [(family, params) for family, plan in plans.items() for params in _ordered(family, plan, req)]
+    for family, params in variants:
+        if len(candidates) == req.n:
+            break
+        source = TEMPLATES[family].render(plans[family], params)
+        candidate = Candidate.make(req.problem.id, "triton", source, Origin(kind="builtin", proposer=family,
+                                                                          params=params), parent_id=parent_id)
+        if candidate.id not in seen:
+            seen.add(candidate.id)
+            candidates.append(candidate)
+    message = "" if len(candidates) == req.n else (
+        f"{len(candidates)} of {req.n}: the families have {len(variants)} variants, "
+        f"{len(variants) - len(candidates)} of them excluded as already tried")
     return GenerateResult(problem_id=req.problem.id, proposer="builtin", candidates=candidates, message=message)

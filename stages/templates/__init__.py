@@ -1,5 +1,6 @@
 """Template families of the builtin proposer, found by name. Each module has
-`match(problem, module) -> Plan` (raises TemplateMismatch with the reason), `variants(plan) -> list[dict]`
+`match(problem, traced) -> Plan` (traced: the reference, traced once per proposal by lowering.trace; raises
+TemplateMismatch with the reason), `variants(plan) -> list[dict]`
 (parameter sets, best guess first) and `render(plan, params) -> str` (the candidate module's source)."""
 
 from __future__ import annotations

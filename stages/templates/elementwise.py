@@ -6,23 +6,29 @@ Computes in fp32, stores in the output dtype. Parameters: BLOCK elements per pro
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 from stages.contracts import Problem
-from stages.templates.lowering import lower
+from stages.templates.lowering import Traced, lower
 from stages.templates.program import Plan, Program, TemplateMismatch
-from stages.templates.source import module_source, operand_prologue, output_alloc, reference_source
+from stages.templates.source import (
+    jit_source,
+    line_source,
+    module_source,
+    operand_prologue,
+    output_alloc,
+    store_source,
+)
 
 BLOCKS = (1024, 2048, 4096, 8192)
 WARPS = (4, 8)
 
 
-def match(problem: Problem, module: ModuleType) -> Plan:
-    program = lower(problem, module)
+def match(problem: Problem, traced: Traced) -> Plan:
+    program = lower(traced)
     if program.reduces:
         raise TemplateMismatch("the computation reduces over rows (the rowwise family's job)")
-    return Plan(problem_id=problem.id, program=program, reference=reference_source(problem.source))
+    return Plan(program=program, reference=traced.reference)
 
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
@@ -34,15 +40,10 @@ def _kernel(program: Program) -> str:
     args += [f"n{i}" for i, op in enumerate(program.operands) if op.broadcast]
     args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK: tl.constexpr"]
     body = ["offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "mask = offs < n"]
-    for line in program.lines:
-        if line.load is not None:
-            index = f"offs % n{line.load}" if program.operands[line.load].broadcast else "offs"
-            body.append(f"{line.name} = tl.load(p{line.load} + {index}, mask=mask, other=0.0).to(tl.float32)")
-        else:
-            body.append(f"{line.name} = {line.expr}")
-    body.append(f"tl.store(out + offs, {program.output}.to(out.dtype.element_ty), mask=mask)")
-    lines = "\n".join("    " + line for line in body)
-    return f"@triton.jit\ndef _kf_elementwise({', '.join(args)}):\n{lines}\n"
+    body += [line_source(line, f"offs % n{line.load}" if line.load is not None and program.operands[line.load].broadcast
+                         else "offs") for line in program.lines]
+    body.append(store_source(program, "offs"))
+    return jit_source("_kf_elementwise", args, body)
 
 
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:

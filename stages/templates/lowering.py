@@ -9,6 +9,7 @@ TemplateMismatch with the op named.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -21,13 +22,23 @@ from stages.contracts import Problem
 from stages.problem import workload_call
 from stages.templates.pointwise import OPS
 from stages.templates.program import Kind, Line, Operand, Program, Reduction, TemplateMismatch, Value
+from stages.templates.source import reference_source
 
 _TORCH_MODULES = ("torch", "_operator", "builtins")
 _FLOAT32_EPS = torch.finfo(torch.float32).eps  # rms_norm's eps when none is given
 _REDUCTIONS: dict[str, Reduction] = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min", "argmax": "argmax"}
 
 
-def trace(problem: Problem, module: ModuleType) -> tuple[torch.fx.GraphModule, nn.Module]:
+@dataclass(frozen=True)
+class Traced:
+    """The reference, traced once per proposal and shared by every family's match."""
+
+    graph: torch.fx.GraphModule  # shapes and dtypes in node.meta['tensor_meta']
+    model: nn.Module  # on the meta device
+    reference: str  # the problem's Model renamed _Reference (source.reference_source)
+
+
+def trace(problem: Problem, module: ModuleType) -> Traced:
     """Symbolic trace of Model at the first workload, with shapes and dtypes in node.meta['tensor_meta']."""
     workload = (problem.cpu_workloads or problem.gpu_workloads)[0]
     with torch.device("meta"):
@@ -38,15 +49,14 @@ def trace(problem: Problem, module: ModuleType) -> tuple[torch.fx.GraphModule, n
         ShapeProp(graph).propagate(*inputs)
     except Exception as e:  # data-dependent control flow and the like: not a template problem
         raise TemplateMismatch(f"torch.fx cannot trace forward: {type(e).__name__}: {e}") from e
-    return graph, model
+    return Traced(graph, model, reference_source(problem.source))
 
 
-def lower(problem: Problem, module: ModuleType) -> Program:
-    graph, model = trace(problem, module)
-    return _Lowering(graph, model).run()
+def lower(traced: Traced) -> Program:
+    return Lowering(traced.graph, traced.model).run()
 
 
-def _shape(node: torch.fx.Node) -> tuple[int, ...]:
+def node_shape(node: torch.fx.Node) -> tuple[int, ...]:
     meta = node.meta.get("tensor_meta")
     if meta is None or not hasattr(meta, "shape"):
         raise TemplateMismatch(f"{node.name} is not a single tensor")
@@ -66,7 +76,7 @@ def _literal(value: float | int) -> str:
     return f"({text})" if value < 0 else text
 
 
-def _op_name(node: torch.fx.Node) -> str:
+def op_name(node: torch.fx.Node) -> str:
     if node.op == "call_method":
         return str(node.target)
     module = getattr(node.target, "__module__", None) or ""
@@ -75,7 +85,7 @@ def _op_name(node: torch.fx.Node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
-class _Lowering:
+class Lowering:
     """Walks the graph in order, appending lines; one instance per lowering."""
 
     def __init__(self, graph: torch.fx.GraphModule, model: nn.Module):
@@ -90,16 +100,16 @@ class _Lowering:
         placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
         if not placeholders:
             raise TemplateMismatch("forward takes no inputs")
-        shapes = [_shape(n) for n in placeholders]
+        shapes = [node_shape(n) for n in placeholders]
         self.full = max(shapes, key=math.prod)
-        self.full_index = next(i for i, n in enumerate(placeholders) if _shape(n) == self.full)
+        self.full_index = next(i for i, n in enumerate(placeholders) if node_shape(n) == self.full)
         self.args = tuple(str(n.target) for n in placeholders)
 
     def run(self) -> Program:
         for node in self.graph.graph.nodes:
             if node.op == "output":
                 return self._program(node)
-            self.values[node] = self._node(node)
+            self.values[node] = self.lower_node(node)
         raise TemplateMismatch("the graph has no output")
 
     # values and lines
@@ -126,7 +136,7 @@ class _Lowering:
         if isinstance(arg, torch.fx.Node):
             if self.values[arg] is None:  # a tensor operand, loaded at first use (so an unsupported op is named first)
                 name = str(arg.target) if arg.op == "placeholder" else f"self.{arg.target}"
-                self.values[arg] = self.operand(name, _shape(arg))
+                self.values[arg] = self.operand(name, node_shape(arg))
             found = self.values[arg]
             if not isinstance(found, Value):
                 raise TemplateMismatch(f"{arg.name} is used as a tensor but is a tuple")
@@ -158,25 +168,25 @@ class _Lowering:
         dims = dim if isinstance(dim, (list, tuple)) else [dim]
         if len(dims) != 1 or not isinstance(dims[0], int) or dims[0] % rank != rank - 1:
             raise TemplateMismatch(f"{node.name} reduces over dim {dim}, not the last dim")
-        if not isinstance(source, torch.fx.Node) or _shape(source) != self.full:
+        if not isinstance(source, torch.fx.Node) or node_shape(source) != self.full:
             raise TemplateMismatch(f"{node.name} reduces a tensor that is not of the full shape {list(self.full)}")
 
     def check_row_broadcast(self, node: torch.fx.Node) -> None:
         """A reduced value meets full-shape values only with its reduced dim kept (torch broadcasts it so)."""
-        if _shape(node) != self.full:
+        if node_shape(node) != self.full:
             return
         for arg in node.all_input_nodes:
-            if getattr(self.values.get(arg), "kind", None) == "row" and _shape(arg) != self.full[:-1] + (1,):
-                raise TemplateMismatch(f"{node.name} broadcasts the reduced {arg.name} of shape {list(_shape(arg))}")
+            if getattr(self.values.get(arg), "kind", None) == "row" and node_shape(arg) != self.full[:-1] + (1,):
+                raise TemplateMismatch(f"{node.name} broadcasts the reduced {arg.name} of shape {list(node_shape(arg))}")
 
     # nodes
 
-    def _node(self, node: torch.fx.Node) -> Any:
+    def lower_node(self, node: torch.fx.Node) -> Any:
         if node.op in ("placeholder", "get_attr"):
             return None
         if node.op == "call_module":
             return self._module(node, self.graph.get_submodule(str(node.target)))
-        return self._call(node, _op_name(node), list(node.args), dict(node.kwargs))
+        return self._call(node, op_name(node), list(node.args), dict(node.kwargs))
 
     def _call(self, node: torch.fx.Node, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         if name in OPS:
@@ -331,7 +341,7 @@ class _Lowering:
         if not isinstance(result, torch.fx.Node):
             raise TemplateMismatch("forward returns more than one tensor")
         out = self.value(result)
-        shape = _shape(result)
+        shape = node_shape(result)
         if out.kind == "elem" and shape != self.full:
             raise TemplateMismatch(f"the output shape {list(shape)} is not the full shape {list(self.full)}")
         if out.kind == "row" and shape not in (self.full[:-1], self.full[:-1] + (1,)):
@@ -339,12 +349,12 @@ class _Lowering:
         if out.kind == "scalar":
             raise TemplateMismatch("the output is a constant")
         dtype = result.meta["tensor_meta"].dtype
-        return Program(args=self.args, operands=tuple(self.operands), full=self._full_operand(),
+        return Program(args=self.args, operands=tuple(self.operands), full=self.full_operand(),
                        scalars=tuple(self.scalars), helpers=tuple(sorted(self.helpers)), lines=tuple(self.lines),
                        output=out.text, out_kind=out.kind, out_keepdim=len(shape) == len(self.full),
                        out_dtype=str(dtype))
 
-    def _full_operand(self) -> int:
+    def full_operand(self) -> int:
         full = self.args[self.full_index]
         found = next((i for i, o in enumerate(self.operands) if o.expr == full and not o.broadcast), None)
         if found is None:

@@ -14,7 +14,6 @@ Parameters: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -22,9 +21,9 @@ import torch.fx
 from torch import nn
 
 from stages.contracts import Problem
-from stages.templates.lowering import _Lowering, _op_name, _shape, trace
+from stages.templates.lowering import Lowering, Traced, node_shape, op_name
 from stages.templates.program import Plan, Program, TemplateMismatch
-from stages.templates.source import module_source, operand_prologue, reference_source
+from stages.templates.source import jit_source, line_source, module_source, operand_prologue, store_source
 
 _MATMUL_OPS = ("matmul", "mm")
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -71,16 +70,16 @@ def _linear_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
     return bound["input"], bound["weight"], bound.get("bias")
 
 
-class _Epilogue(_Lowering):
+class _Epilogue(Lowering):
     """The lowering of the graph around its products: each product is an accumulator line, the rest pointwise."""
 
-    def __init__(self, graph: torch.fx.GraphModule, model: nn.Module, products: list[torch.fx.Node]):
-        super().__init__(graph, model)
-        self.full = _shape(products[-1])
+    def __init__(self, traced: Traced, products: list[torch.fx.Node], bias: dict[torch.fx.Node, Any]):
+        super().__init__(traced.graph, traced.model)
+        self.full = node_shape(products[-1])
         self.products = {node: i for i, node in enumerate(products)}
-        self.bias: dict[torch.fx.Node, Any] = {}
+        self.bias = bias
 
-    def _node(self, node: torch.fx.Node) -> Any:
+    def lower_node(self, node: torch.fx.Node) -> Any:
         if node in self.products:
             acc = self.emit("elem", expr=f"acc{self.products[node]}")
             bias = self.bias.get(node)
@@ -88,9 +87,9 @@ class _Epilogue(_Lowering):
                 return acc
             value = self.operand(bias, (self.full[-1],)) if isinstance(bias, str) else self.value(bias)
             return self.pointwise(f"{acc.text} + {value.text}", acc, value)
-        return super()._node(node)
+        return super().lower_node(node)
 
-    def _full_operand(self) -> int:
+    def full_operand(self) -> int:
         return -1  # the output's shape is the products', not an input's; ModelNew allocates it from M and N
 
     def lower(self) -> Program:
@@ -118,8 +117,8 @@ def _find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], li
             products.append(Product(_tensor_expr(a, "left"), b, True))
             operands = [a]
             dtypes.add(module.weight.dtype)
-        elif node.op in ("call_function", "call_method") and _op_name(node) in (*_MATMUL_OPS, "linear"):
-            if _op_name(node) == "linear":
+        elif node.op in ("call_function", "call_method") and op_name(node) in (*_MATMUL_OPS, "linear"):
+            if op_name(node) == "linear":
                 a, w, bias = _linear_args(node)
                 if bias is not None:
                     biases[node] = bias
@@ -134,29 +133,26 @@ def _find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], li
         else:
             continue
         for arg in operands:
-            if len(_shape(arg)) != 2:
-                raise TemplateMismatch(f"{node.name} multiplies a tensor of shape {list(_shape(arg))}, not 2-D")
+            if len(node_shape(arg)) != 2:
+                raise TemplateMismatch(f"{node.name} multiplies a tensor of shape {list(node_shape(arg))}, not 2-D")
             dtypes.add(arg.meta["tensor_meta"].dtype)
         nodes.append(node)
     return nodes, products, biases, dtypes
 
 
-def match(problem: Problem, module: ModuleType) -> MatmulPlan:
-    graph, model = trace(problem, module)
-    nodes, products, biases, dtypes = _find_products(graph)
+def match(problem: Problem, traced: Traced) -> MatmulPlan:
+    nodes, products, biases, dtypes = _find_products(traced.graph)
     if not nodes:
         raise TemplateMismatch("no matmul, mm, @ or linear in forward")
     if len(nodes) > _MAX_PRODUCTS:
         raise TemplateMismatch(f"{len(nodes)} matrix products; the template fuses at most {_MAX_PRODUCTS}")
-    if len({p.a for p in products}) > 1 or len({_shape(n) for n in nodes}) > 1:
+    if len({p.a for p in products}) > 1 or len({node_shape(n) for n in nodes}) > 1:
         raise TemplateMismatch("two products that do not share their left operand and output shape")
     if len(dtypes) != 1 or (dtype := dtypes.pop()) not in _DTYPES:
         raise TemplateMismatch(f"product operands of dtypes {sorted(map(str, dtypes))}: one of fp32, bf16, fp16 only")
-    lowering = _Epilogue(graph, model, nodes)
-    lowering.bias = biases
-    program = lowering.lower()
+    program = _Epilogue(traced, nodes, biases).lower()
     precision = "tf32" if problem.policy.allow_tf32 else "ieee"
-    return MatmulPlan(problem_id=problem.id, program=program, reference=reference_source(problem.source),
+    return MatmulPlan(program=program, reference=traced.reference,
                       products=tuple(products), precision=precision, half=dtype != torch.float32)
 
 
@@ -213,15 +209,10 @@ def _kernel(plan: MatmulPlan) -> str:
              "        k += BLOCK_K", "else:", "    for k in range(0, K, BLOCK_K):", *("        " + s for s in step),
              "mask = mask_m[:, None] & mask_n[None, :]", "offs = rm[:, None] * N + rn[None, :]"]
     for line in program.lines:
-        if line.load is None:
-            body.append(f"{line.name} = {line.expr}")
-        elif program.operands[line.load].broadcast:  # a [N] operand: one value per column
-            body.append(f"{line.name} = tl.load(p{line.load} + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]")
-        else:
-            body.append(f"{line.name} = tl.load(p{line.load} + offs, mask=mask, other=0.0).to(tl.float32)")
-    body.append(f"tl.store(out + offs, {program.output}.to(out.dtype.element_ty), mask=mask)")
-    lines = "\n".join("    " + line for line in body)
-    return f"@triton.jit\ndef _kf_matmul({', '.join(args)}):\n{lines}\n"
+        per_column = line.load is not None and program.operands[line.load].broadcast  # a [N] operand
+        body.append(line_source(line, "rn", "mask_n", "[None, :]") if per_column else line_source(line, "offs"))
+    body.append(store_source(program, "offs"))
+    return jit_source("_kf_matmul", args, body)
 
 
 def _forward(plan: MatmulPlan, params: dict[str, Any]) -> list[str]:

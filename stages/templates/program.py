@@ -74,6 +74,5 @@ class Program:
 class Plan:
     """What a family matched: the lowered program and the reference class to subclass."""
 
-    problem_id: str
     program: Program
     reference: str  # source of the problem's Model renamed _Reference, with the module names it needs

@@ -9,13 +9,19 @@ Parameters: num_warps (at most; narrow rows use fewer) and max_block_d.
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 from stages.contracts import Problem
-from stages.templates.lowering import lower
+from stages.templates.lowering import Traced, lower
 from stages.templates.program import Line, Plan, Program, TemplateMismatch
-from stages.templates.source import module_source, operand_prologue, output_alloc, reference_source
+from stages.templates.source import (
+    jit_source,
+    line_source,
+    module_source,
+    operand_prologue,
+    output_alloc,
+    store_source,
+)
 
 WARPS = (8, 16, 4)
 MAX_BLOCKS = (16384, 4096)
@@ -24,22 +30,21 @@ _MASKED = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax"
 _COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax"}
 
 
-def match(problem: Problem, module: ModuleType) -> Plan:
-    program = lower(problem, module)
+def match(problem: Problem, traced: Traced) -> Plan:
+    program = lower(traced)
     if not program.reduces:
         raise TemplateMismatch("no reduction over the last dim (the elementwise family's job)")
-    return Plan(problem_id=problem.id, program=program, reference=reference_source(problem.source))
+    return Plan(program=program, reference=traced.reference)
 
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
     return [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
 
 
-def _signature(program: Program, name: str) -> str:
+def _args(program: Program) -> list[str]:
     args = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
     args += [f"r{i}" for i, op in enumerate(program.operands) if op.broadcast]
-    args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK_D: tl.constexpr"]
-    return f"@triton.jit\ndef {name}({', '.join(args)}):"
+    return args + [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK_D: tl.constexpr"]
 
 
 def _prologue(program: Program) -> list[str]:
@@ -50,10 +55,8 @@ def _prologue(program: Program) -> list[str]:
 
 
 def _pointwise(program: Program, line: Line) -> str:
-    if line.load is None:
-        return f"{line.name} = {line.expr}"
-    offset = f"o{line.load}" if program.operands[line.load].broadcast else "base"
-    return f"{line.name} = tl.load(p{line.load} + {offset} + cols, mask=mask, other=0.0).to(tl.float32)"
+    offset = f"o{line.load}" if line.load is not None and program.operands[line.load].broadcast else "base"
+    return line_source(line, f"{offset} + cols")
 
 
 def _masked(line: Line) -> str:
@@ -61,10 +64,7 @@ def _masked(line: Line) -> str:
 
 
 def _store(program: Program) -> str:
-    value = f"{program.output}.to(out.dtype.element_ty)"
-    if program.out_kind == "row":
-        return f"tl.store(out + row, {value})"
-    return f"tl.store(out + base + cols, {value}, mask=mask)"
+    return store_source(program, "row", None) if program.out_kind == "row" else store_source(program, "base + cols")
 
 
 def _resident(program: Program) -> str:
@@ -133,7 +133,6 @@ def _looped(program: Program) -> str:
 
     for level in sorted({levels[ln.name] for ln in program.lines if ln.reduce}):
         reduces = [ln for ln in program.lines if ln.reduce and levels[ln.name] == level]
-        body += row_lines()
         parts = [_accumulate(ln) for ln in reduces]
         body += [s for p in parts for s in p[0]]
         body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [s for p in parts for s in p[1]])
@@ -149,7 +148,7 @@ def _looped(program: Program) -> str:
 
 
 def _kernel(program: Program, name: str, body: list[str]) -> str:
-    return _signature(program, name) + "\n" + "\n".join("    " + line for line in body) + "\n"
+    return jit_source(name, _args(program), body)
 
 
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:

@@ -6,7 +6,7 @@ import ast
 import re
 
 from stages.templates.pointwise import HELPERS
-from stages.templates.program import Program, TemplateMismatch
+from stages.templates.program import Line, Program, TemplateMismatch
 
 HEADER = """import torch
 import torch.nn as nn
@@ -52,6 +52,26 @@ def reference_source(problem_source: str) -> str:
     text = ast.get_source_segment(problem_source, model) or ""
     parts.append(re.sub(r"\bModel\b", "_Reference", text))
     return "\n\n".join(parts)
+
+
+def line_source(line: Line, address: str = "", mask: str = "mask", suffix: str = "") -> str:
+    """One pointwise line of a kernel: its expression, or a masked fp32 load of operand p<line.load> at
+    `address` (`suffix` reshapes the loaded value, e.g. "[None, :]" for a per-column operand of a 2-D tile)."""
+    if line.load is None:
+        return f"{line.name} = {line.expr}"
+    return f"{line.name} = tl.load(p{line.load} + {address}, mask={mask}, other=0.0).to(tl.float32){suffix}"
+
+
+def store_source(program: Program, address: str, mask: str | None = "mask") -> str:
+    """The kernel's store of the program's output, cast to the output's dtype."""
+    masked = f", mask={mask}" if mask else ""
+    return f"tl.store(out + {address}, {program.output}.to(out.dtype.element_ty){masked})"
+
+
+def jit_source(name: str, args: list[str], body: list[str]) -> str:
+    """A @triton.jit function from its argument list and body lines."""
+    lines = "\n".join("    " + line for line in body)
+    return f"@triton.jit\ndef {name}({', '.join(args)}):\n{lines}\n"
 
 
 def operand_prologue(program: Program) -> list[str]:
