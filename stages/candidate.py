@@ -1,4 +1,4 @@
-"""Turn a Candidate's source into an importable module and its ModelNew class."""
+"""Turn a Candidate's source into an importable module and its ModelNew class; tell a user's source's backend."""
 
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ from types import ModuleType
 
 import torch
 
-from stages.contracts import Candidate
+from stages.contracts import Backend, Candidate
 from stages.errors import CandidateFault
 from stages.problem import import_file
+
+
+def backend_of(source: str) -> Backend:
+    """The backend a user's source is written for: CUDA C++ when it builds an extension, Triton when it uses
+    Triton, else plain torch."""
+    if "load_inline" in source or "cpp_extension" in source:
+        return "cuda"
+    return "triton" if "triton" in source else "torch"
 
 
 def write_source(candidate: Candidate, workdir: str | Path) -> Path:
@@ -35,7 +43,10 @@ def import_candidate(candidate: Candidate, workdir: str | Path) -> ModuleType:
     return module
 
 
-def load_model_class(candidate: Candidate, workdir: str | Path) -> type[torch.nn.Module]:
+def load_model_class(candidate: Candidate, workdir: str | Path, device: str) -> type[torch.nn.Module]:
+    """The candidate's ModelNew, to run on `device`; a backend that cannot run there is an "unavailable" fault."""
+    if candidate.backend == "cuda" and device != "cuda":
+        raise CandidateFault("unavailable", "CUDA C++ candidates run only on a GPU: use --device cuda")
     if candidate.backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         raise CandidateFault("unavailable", "Triton needs a GPU, or TRITON_INTERPRET=1 to run on CPU")
     return import_candidate(candidate, workdir).ModelNew

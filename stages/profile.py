@@ -3,8 +3,8 @@ work and the analytic SOL floor and class; on a GPU also its time, energy per ca
 Compute hardware counters per kernel (issue 3, step 1).
 
 Always (no GPU needed): the workload's counted work (stages/roofline.py, on meta tensors), its SOL floor and its
-bottleneck class from the analytic terms (`bound_source="analytic"`; a later helper refines the class from the
-counters). Peaks come from `peaks_for(<this GPU's name>)`, measured on this machine on the first profile
+bottleneck class (stages/classify.py: from the hardware counters when read, `bound_source="counters"`, else from
+the analytic terms, "analytic"; refine decides the same way, so the profiles and feedback tables agree). Peaks come from `peaks_for(<this GPU's name>)`, measured on this machine on the first profile
 (stages/ceilings.py) and cached; on a machine without a GPU the numbers are given for
 TARGET_GPU (the H200 we optimize for) and the message says so; on an unknown GPU no floor and no class are given.
 
@@ -40,6 +40,7 @@ import torch
 
 from stages import ceilings, roofline
 from stages.candidate import load_model_class
+from stages.classify import classify as classify_bound
 from stages.contracts import FailureKind, Problem, ProfileRequest, ProfileResult, Workload
 from stages.energy import j_per_call
 from stages.errors import CandidateFault, ProblemError
@@ -84,7 +85,7 @@ def instance(req: ProfileRequest, w: Workload, device: str) -> tuple[Any, list[A
     """The contender with the workload's fixed-seed weights and one draw of its declared inputs on `device`
     (stages/ncu.py's driver profiles the same): the candidate, the reference (eager), or torch.compile of it."""
     module = import_problem(req.problem.path)
-    new_cls = load_model_class(req.candidate, req.workdir) if req.candidate is not None else None
+    new_cls = load_model_class(req.candidate, req.workdir, device) if req.candidate is not None else None
     ref, new = build(module, new_cls, w, device, seed=trial_seed(0, w.name, "init"))
     inputs = draw(module, w, trial_seed(0, w.name, "profile"), "declared", device)
     if req.contender == "candidate":
@@ -180,9 +181,7 @@ def run(req: ProfileRequest) -> ProfileResult:
     else:
         result.counters_reason = (f"no GPU: device {req.device!r} was requested but CUDA is not available here"
                                   if req.device == "cuda" else "no GPU: profiled with device 'cpu'")
-    if peaks is not None:
-        result.bound = roofline.classify(work, peaks, result.time_us)
-        result.bound_source = "analytic"
+    result.bound, result.bound_source = classify_bound(result, work, peaks, result.time_us)
     result.message = "; ".join(notes)
     result.duration_s = time.perf_counter() - started
     return result

@@ -49,12 +49,12 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
 
 def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileResult,
              gpu_name: str | None) -> Evidence:
-    """What the tools read, gathered from the stages' results (counted work recomputed on meta tensors); the
-    profile's analytic class is kept when there are no counters; with counters, refine classifies from them."""
+    """What the tools read, gathered from the stages' results (counted work recomputed on meta tensors). The class
+    is left to `run`, which decides it from the profile as the profile stage does (counters, else counted work),
+    so a changed classifier applies to captured profiles too."""
     workload = next((w for w in problem.gpu_workloads + problem.cpu_workloads if w.name == profile.workload), None)
-    bound = None if profile.counters == "ncu" else profile.bound  # measured counters: refine decides from them
     return Evidence(problem_id=problem.id, candidate_id=profile.candidate_id, contender=profile.contender,
-                    bound=bound, time_us=profile.time_us,
+                    time_us=profile.time_us,
                     sol_floor_us=profile.sol_floor_us, work=count_work(problem, workload) if workload else None,
                     profile=profile, binaries=compiled.kernels if compiled else [],
                     peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for

@@ -7,10 +7,12 @@ tolerance, input mutation and a second call on the same inputs all checked.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import time
 import traceback
+from collections.abc import Iterator
 
 import torch
 
@@ -44,11 +46,9 @@ def _same(a: list, b: list) -> bool:
 
 def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, float, str | None]:
     problem, device = req.problem, req.device
-    if req.candidate.backend == "cuda" and device != "cuda":
-        raise CandidateFault("unavailable", "CUDA C++ candidates run only on a GPU: verify with --device cuda")
     set_precision(problem.policy)
     module = import_problem(problem.path)
-    new_cls = load_model_class(req.candidate, req.workdir)
+    new_cls = load_model_class(req.candidate, req.workdir, device)
     passed = skipped = 0
     worst, eager_worst, worst_at = 0.0, 0.0, None
     dists = list(DISTRIBUTIONS)
@@ -94,12 +94,26 @@ def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, floa
     return passed, skipped, worst, eager_worst, worst_at
 
 
-def run(req: VerifyRequest) -> VerifyResult:
-    started, log = time.perf_counter(), io.StringIO()
+@contextlib.contextmanager
+def _strict_torch() -> Iterator[None]:
+    """Deterministic algorithms and NaN-filled fresh allocations while verifying; the process's settings come back
+    afterwards (an inline verify must not slow or change the benchmarks that follow in the same process)."""
+    det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
     try:
-        passed, skipped, worst, eager_worst, worst_at = _verify(req, log)
+        yield
+    finally:
+        torch.use_deterministic_algorithms(det, warn_only=warn)
+        torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
+
+
+def run(req: VerifyRequest) -> VerifyResult:
+    started, log = time.perf_counter(), io.StringIO()
+    try:
+        with _strict_torch():
+            passed, skipped, worst, eager_worst, worst_at = _verify(req, log)
         result = VerifyResult(candidate_id=req.candidate.id, problem_id=req.problem.id, status="ok",
                               message=f"{passed} trials passed, {skipped} skipped", device=req.device,
                               sizes=req.sizes, trials_passed=passed, trials_skipped=skipped, max_err_ratio=worst,

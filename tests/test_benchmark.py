@@ -15,7 +15,7 @@ def bench(name: str, tmp_path: Path, **kw):
     source = (ROOT / "tests" / "fixtures" / "adversarial" / f"{name}.py").read_text()
     candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
     request = BenchmarkRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
-                               candidate=candidate, baselines=["eager"], min_reps=10, max_reps=40, **kw)
+                               candidate=candidate, baselines=["eager"], **{"min_reps": 10, "max_reps": 40, **kw})
     return run_stage("benchmark", request, "inline")
 
 
@@ -31,8 +31,14 @@ def test_times_candidate_and_eager_per_workload(tmp_path: Path):
 
 
 def test_outputs_of_timed_calls_are_rechecked(tmp_path: Path):
-    result = bench("right_only_when_verified", tmp_path)
+    result = bench("right_only_when_verified", tmp_path, min_reps=60, max_reps=60)  # wrong from about rep 27 on
     assert (result.status, result.failure_kind) == ("failed", "mismatch") and "timed call" in result.message
+
+
+def test_every_input_set_is_rechecked(tmp_path: Path):
+    """Right only on the first input set (the warm-up's): caught on the second set's first timed call."""
+    result = bench("right_only_on_first_input", tmp_path)
+    assert (result.status, result.failure_kind) == ("failed", "mismatch") and "timed call 1" in result.message
 
 
 def test_median_ci_is_an_order_statistic_interval():

@@ -24,7 +24,7 @@ def assert_matches(candidate: Candidate, path: Path, workdir: Path) -> None:
     """ModelNew, with Model's weights, within rtol 1e-4 and atol 1e-4 x RMS of Model's output at every CPU workload
     (a bf16/fp16 output: within the problem's tolerance, as one rounding of a differently ordered sum is an ulp off)."""
     problem, module = load_problem(path), import_problem(path)
-    model_new = load_model_class(candidate, workdir)
+    model_new = load_model_class(candidate, workdir, "cpu")
     for workload in problem.cpu_workloads:
         torch.manual_seed(0)
         init = workload_call(module, workload, "get_init_inputs")

@@ -62,3 +62,12 @@ def test_crash_keeps_the_log(tmp_path: Path):
 def test_good_candidate_reports_error_ratio(tmp_path: Path):
     result = verify("good", tmp_path, "inline")
     assert result.trials_passed == 5 * len(SOFTMAX.cpu_workloads) and 0 <= result.max_err_ratio <= 1
+
+
+def test_verify_restores_torch_settings_for_the_stages_after_it(tmp_path: Path):
+    """Inline, verify shares its process with what follows: determinism and NaN-filled allocations end with it."""
+    import torch
+
+    before = (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
+    assert verify("good", tmp_path, "inline").status == "ok"
+    assert (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory) == before
