@@ -21,6 +21,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from artifacts.leaderboard import leaderboard, render
 from artifacts.store import Store
 from flows.tasks import benchmark_task, compile_task, generate_task, profile_task, refine_task, verify_task
+from stages import defaults
 from stages.contracts import (
     Backend,
     Baseline,
@@ -89,8 +90,8 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baselin
     run.compiled[candidate.id] = compiled
     if compiled.status != "ok":
         return None
-    sizes: list[SizeSet] = ["cpu", "gpu"] if run.device == "cuda" and problem.cpu_workloads else [run.sizes]
-    verified = verify_task(VerifyRequest(problem=problem, candidate=candidate, device=run.device, sizes=sizes,
+    verified = verify_task(VerifyRequest(problem=problem, candidate=candidate, device=run.device,
+                                         sizes=defaults.verified_sizes(problem, run.device, run.sizes),
                                          **run.request_fields(candidate, "verify", timeout_s)), mode)
     store.append("verifications", run.id, [verified])
     if verified.status != "ok":
@@ -182,8 +183,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     if device == "cpu":
         print("No GPU in use: candidates run on CPU (Triton through its interpreter); CPU timings are labelled "
               "as such and never compared with GPU numbers.")
-    sizes = sizes or ("gpu" if device == "cuda" or not problem.cpu_workloads else "cpu")
-    baselines = baselines if baselines is not None else (["eager", "compile"] if device == "cuda" else ["eager"])
+    sizes = sizes or defaults.timed_sizes(problem, device)
+    baselines = baselines if baselines is not None else defaults.baselines(device)
     run = Run(problem, Store(store), device, sizes, budget, proposer, ProfilingPolicy(enabled=profile))
     print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), budget {budget}, store {run.store.root}")
     try:

@@ -66,12 +66,16 @@ def compile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
 @cache
 def profiler_fingerprint() -> str:
     """The GPU and the profiler a profile depends on."""
-    from stages.ncu import find_ncu
+    from stages.ncu import find_ncu, ncu_version
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     ncu = find_ncu()
-    version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip() if ncu else "no-ncu"
-    return f"{gpu}|{version.splitlines()[-1] if version else ''}"
+    try:
+        version = ncu_version(subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout) \
+            if ncu else "no-ncu"
+    except (OSError, subprocess.SubprocessError) as e:
+        version = f"ncu unusable: {type(e).__name__}"
+    return f"{gpu}|{version}"
 
 
 def profile_cache_key(context: Any, parameters: dict[str, Any]) -> str:

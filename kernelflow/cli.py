@@ -7,21 +7,18 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+if TYPE_CHECKING:
+    from stages.contracts import Device
 
-def _default_device() -> str:
+
+def _default_device() -> Device:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _backend_of(source: str) -> str:
-    if "load_inline" in source or "cpp_extension" in source:
-        return "cuda"
-    return "triton" if "triton" in source else "torch"
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -54,6 +51,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 def _judge(args: argparse.Namespace, timed: bool) -> int:
     from artifacts.store import Store
+    from stages import defaults
+    from stages.candidate import backend_of
     from stages.contracts import (
         BenchmarkRequest,
         BenchmarkResult,
@@ -67,10 +66,10 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
 
     problem = load_problem(args.problem)
     source = Path(args.candidate).read_text()
-    candidate = Candidate.make(problem.id, args.backend or _backend_of(source), source,  # type: ignore[arg-type]
+    candidate = Candidate.make(problem.id, args.backend or backend_of(source), source,
                                Origin(kind="user", proposer="file", params={"path": str(Path(args.candidate).resolve())}))
-    device = args.device or _default_device()
-    sizes = args.sizes or ("gpu" if device == "cuda" or not problem.cpu_workloads else "cpu")
+    device: Device = args.device or _default_device()
+    sizes = args.sizes or defaults.timed_sizes(problem, device)
     store = Store(args.store)
     run_id = f"cli-{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}"
     common = dict(blob_dir=str(store.blob_dir), timeout_s=args.timeout)
@@ -82,9 +81,9 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
                                                    **common))]
     store.append("compiles", run_id, results[-1:])
     if results[-1].status == "ok":
-        verify_sizes = ["cpu", "gpu"] if device == "cuda" and problem.cpu_workloads else [sizes]
         results.append(run_stage("verify", VerifyRequest.model_validate(dict(
-            problem=problem, candidate=candidate, device=device, sizes=verify_sizes, workdir=str(work / "verify"),
+            problem=problem, candidate=candidate, device=device, sizes=defaults.verified_sizes(problem, device, sizes),
+            workdir=str(work / "verify"),
             **common))))
         store.append("verifications", run_id, results[-1:])
     for r in results:
@@ -96,7 +95,7 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     if not timed:
         print("VERIFIED")
         return 0
-    baselines = args.baselines.split(",") if args.baselines else (["eager", "compile"] if device == "cuda" else ["eager"])
+    baselines = args.baselines.split(",") if args.baselines else defaults.baselines(device)
     timed_result = cast(BenchmarkResult, run_stage("benchmark", BenchmarkRequest.model_validate(dict(
         problem=problem, candidate=candidate, device=device, sizes=sizes, baselines=baselines,
         workdir=str(work / "benchmark"), **common))))

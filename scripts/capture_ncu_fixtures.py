@@ -24,7 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stages import captured, refine  # noqa: E402
+from stages import captured, defaults, refine  # noqa: E402
+from stages.candidate import backend_of  # noqa: E402
 from stages.contracts import (  # noqa: E402
     Candidate,
     CompileRequest,
@@ -57,8 +58,7 @@ def candidate_for(problem: Problem, path: Path | None) -> Candidate:
     if path is None:
         return builtin.propose(GenerateRequest(problem=problem, n=1)).candidates[0]
     source = path.read_text()
-    backend = "cuda" if "load_inline" in source else "triton"
-    return Candidate.make(problem.id, backend, source, Origin(kind="user", proposer="defect-fixture"))
+    return Candidate.make(problem.id, backend_of(source), source, Origin(kind="user", proposer="defect-fixture"))
 
 
 def prebuild(cuda_files: list[Path], env: dict[str, str]) -> None:
@@ -81,7 +81,7 @@ def capture(name: str, problem_path: Path, cand_path: Path | None, out: Path, wo
     compiled = run_stage("compile", CompileRequest(workdir=str(wd / "compile"), candidate=cand, problem=problem,
                                                    **common))
     (out / f"{name}.compile.json").write_text(compiled.model_dump_json(indent=1))
-    sizes = ["cpu", "gpu"] if device == "cuda" else ["cpu"]
+    sizes = defaults.verified_sizes(problem, device, defaults.timed_sizes(problem, device))
     verified = run_stage("verify", VerifyRequest(workdir=str(wd / "verify"), problem=problem, candidate=cand,
                                                  device=device, sizes=sizes, trials=2, **common))
     (out / f"{name}.verify.json").write_text(verified.model_dump_json(indent=1))
@@ -163,7 +163,7 @@ def main() -> int:
     todo = [e for e in entries() if not args.only or any(s and s in e[0] for s in args.only.split(","))]
     pending = [e for e in todo if not ((out / f"{e[0]}.profile.json").exists()
                                        and (out / f"{e[0]}.feedback.json").exists())]
-    cuda_files = [e[2] for e in pending if e[2] is not None and "load_inline" in e[2].read_text()]
+    cuda_files = [e[2] for e in pending if e[2] is not None and backend_of(e[2].read_text()) == "cuda"]
     if args.device == "cuda" and cuda_files and not args.no_prebuild:
         prebuild(cuda_files, dict(os.environ, PYTHONPATH=os.pathsep.join(
             filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))))

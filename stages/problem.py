@@ -144,11 +144,5 @@ def check_runs(problem: Problem, sizes: SizeSet = "cpu") -> list[str]:
     return notes
 
 
-def input_bytes(problem: Problem, workload: Workload) -> int:
-    module = import_problem(problem.path)
-    sample = workload_call(module, workload, "get_inputs", problem.path, meta=True)
-    return sum(t.numel() * t.element_size() for t in sample if isinstance(t, torch.Tensor))
-
-
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))

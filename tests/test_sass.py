@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from stages.compile import run
 from stages.contracts import Candidate, CompileRequest, Origin
+from stages.harvest import find_tool
 from stages.problem import load_problem
 from stages.sass import SassStats, sass_stats
 
 FIXTURES = Path(__file__).parent / "fixtures"
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH: CUDA compiles cannot run")
+needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="no nvcc: CUDA compiles cannot run")
 
 SNIPPET = """
 	code for sm_90

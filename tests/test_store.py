@@ -35,11 +35,19 @@ def test_timings_carry_flat_provenance(tmp_path: Path):
     assert frame.provenance_code_version.iloc[0] == "abc" and frame.median_us.iloc[0] == 2.0
 
 
-def test_no_partial_parts_and_unknown_table_refused(tmp_path: Path):
+def test_unknown_table_refused_and_a_failed_write_leaves_no_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     store = Store(tmp_path)
     with pytest.raises(ValueError):
         store.append("nope", "r", [Origin(kind="user", proposer="x")])
-    assert not list(tmp_path.rglob(".tmp-*"))
+
+    def dies_mid_write(table, path):  # a crash after the temporary file exists, before the rename
+        Path(path).write_bytes(b"PAR1 half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tables.pq, "write_table", dies_mid_write)
+    with pytest.raises(OSError):
+        store.append("candidates", "r", [Candidate.make("p", "triton", "src", Origin(kind="user", proposer="x"))])
+    assert not list(tmp_path.rglob("part-*.parquet")) and store.read("candidates").empty
 
 
 def test_blobs_are_content_addressed(tmp_path: Path):

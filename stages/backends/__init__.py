@@ -11,7 +11,6 @@ import functools
 import importlib
 import importlib.metadata
 import platform
-import shutil
 import subprocess
 from types import ModuleType
 from typing import Any
@@ -20,6 +19,7 @@ import torch
 
 from stages import candidate
 from stages.contracts import CompileRequest, CompileResult
+from stages.harvest import find_tool
 
 BACKENDS = {"cuda": "stages.backends.cuda", "triton": "stages.backends.triton", "torch": "stages.backends.pytorch"}
 
@@ -30,11 +30,11 @@ def backend(name: str) -> ModuleType:
 
 @functools.cache
 def toolchain() -> dict[str, str]:
-    """Versions of what compiles here: torch, triton, python, and nvcc's release line when nvcc is on the PATH."""
+    """Versions of what compiles here: torch, triton, python, and the release line of the nvcc the CUDA backend uses."""
     tools = {"torch": torch.__version__, "python": platform.python_version()}
     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
         tools["triton"] = importlib.metadata.version("triton")
-    if nvcc := shutil.which("nvcc"):
+    if nvcc := find_tool("nvcc"):
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
         tools["nvcc"] = next((line for line in out if "release" in line), out[-1] if out else "unknown")
     return tools

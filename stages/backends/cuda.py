@@ -8,13 +8,16 @@ builds it on the GPU worker; the binaries here are for inspection and for failin
 
 Include paths: torch's own, Python's, headers of any nvidia-* wheels installed here (cublas, cusparse, ...),
 and a shim for c10/cuda/impl/cuda_cmake_macros.h, the one generated header that torch's CPU wheel lacks.
-A missing header is this machine's limit, not the candidate's fault: the build is left to the GPU worker.
+A missing library header (CUTLASS/CuTe, CUB, Thrust, the CUDA libraries', torch's: LIBRARY_HEADERS) is this
+machine's limit, not the candidate's fault: the build is left to the GPU worker. Any other missing header (a typo,
+a file the candidate does not ship) is a compile error here.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -27,11 +30,14 @@ from artifacts.blobs import put_text
 from stages.backends import import_candidate, result
 from stages.contracts import CompileRequest, CompileResult, KernelBinary
 from stages.errors import CandidateFault
-from stages.harvest import parse_ptxas, put_binaries, with_sass
+from stages.harvest import find_tool, parse_ptxas, put_binaries, with_sass
 
 IMPLICIT_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"  # as load_inline adds
 ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code")
 MACHINE_LIMITS = ("Torch not compiled with CUDA", "Found no NVIDIA driver", "no CUDA GPUs", "CUDA driver")
+
+LIBRARY_HEADERS = ("cute/", "cutlass/", "cub/", "thrust/", "cuda", "cublas", "cudnn", "cufft", "curand", "cusparse",
+                   "cusolver", "nccl", "nvshmem", "mma.h", "torch/", "ATen/", "c10/")  # prefixes of header paths
 
 
 class Extension(NamedTuple):
@@ -120,11 +126,12 @@ def _candidate_flags(flags: list[str]) -> list[str]:
     return out
 
 
-def _nvcc(nvcc: str, req: CompileRequest, ext: Extension, file: str, text: str, build: Path) -> tuple[int, str]:
+def _nvcc(nvcc: str, req: CompileRequest, ext: Extension, file: str, text: str, build: Path,
+          base_includes: list[str]) -> tuple[int, str]:
     src, keep = build / file, build / "keep"
     keep.mkdir(parents=True, exist_ok=True)
     src.write_text(text)
-    includes = [f"-I{p}" for p in [*_include_paths(build / "shim"), *ext.include_paths]]
+    includes = [f"-I{p}" for p in [*base_includes, *ext.include_paths]]
     cmd = [nvcc, "-cubin", f"-arch={req.arch}", "-std=c++17", "-Xptxas", "-v", "-keep", f"-keep-dir={keep}",
            f"-DTORCH_EXTENSION_NAME={ext.name}", "-DTORCH_API_INCLUDE_EXTENSION_H", *cpp_extension.COMMON_NVCC_FLAGS,
            *includes, *_candidate_flags(ext.cuda_cflags), "-o", str(src.with_suffix(".cubin")), str(src)]
@@ -136,12 +143,14 @@ def _nvcc(nvcc: str, req: CompileRequest, ext: Extension, file: str, text: str, 
 
 
 def compile(req: CompileRequest) -> CompileResult:
-    nvcc = shutil.which("nvcc")
+    nvcc = find_tool("nvcc")
     if nvcc is None:
-        return result(req, status="failed", failure_kind="unavailable", message="nvcc not found on PATH: CUDA backend off")
+        return result(req, status="failed", failure_kind="unavailable",
+                      message="nvcc not found (CUDA_HOME, /usr/local/cuda, PATH): CUDA backend off")
     extensions, note = _capture(req)
     if not any(ext.sources for ext in extensions):
         raise CandidateFault("compile_error", "no load_inline/load call with CUDA sources found at import")
+    base_includes = _include_paths(Path(req.workdir) / "nvcc" / "shim")  # once per compile, not per source file
     rows: list[KernelBinary] = []
     blobs: dict[str, str] = {}
     logs: list[str] = []
@@ -149,14 +158,16 @@ def compile(req: CompileRequest) -> CompileResult:
         for file, text in ext.sources:
             key = ext.name if len(ext.sources) == 1 else f"{ext.name}/{file}"
             build = Path(req.workdir) / "nvcc" / key
-            code, log = _nvcc(nvcc, req, ext, file, text, build)
+            code, log = _nvcc(nvcc, req, ext, file, text, build, base_includes)
             logs.append(log)
             blobs[f"cu:{key}"] = put_text(req.blob_dir, text)
             if code != 0:
                 blobs["log"] = put_text(req.blob_dir, "\n".join(logs))
-                if "No such file or directory" in log and "#include" in log:
-                    return result(req, mode="on_gpu_worker", blobs=blobs, message=f"{key}: a header is missing on this "
-                                  "machine (see log); the extension is built by load_inline on the GPU worker" + note)
+                missing = re.findall(r"fatal error: ([^:\s]+): No such file or directory", log)
+                if missing and all(m.startswith(LIBRARY_HEADERS) for m in missing):
+                    return result(req, mode="on_gpu_worker", blobs=blobs, message=f"{key}: library header "
+                                  f"{', '.join(missing)} missing on this machine; the extension is built by load_inline "
+                                  "on the GPU worker" + note)
                 errors = [line for line in log.splitlines() if "error" in line]
                 raise_msg = f"nvcc failed on {key}: " + ("\n".join(errors[:10]) or log[-2000:])
                 return result(req, status="failed", failure_kind="compile_error", message=raise_msg, blobs=blobs)
