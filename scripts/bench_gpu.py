@@ -36,6 +36,7 @@ def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict
     runs = store.runs()
     record = runs[runs.run_id == run_id].iloc[0].to_dict()
     best = record.get("best_candidate_id")
+    best = best if isinstance(best, str) else None  # a run with no verified candidate stores NaN
     bench = store.read("benchmarks", run_id)
     timings, base = store.read("timings", run_id), store.read("baselines", run_id)
     out: dict = {"problem": problem_id, "run_id": run_id, "stop_reason": record["stop_reason"],

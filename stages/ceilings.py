@@ -1,7 +1,9 @@
 """The ceilings of this machine's GPU, measured once per (GPU model, driver) and cached (issue 3).
 
 `measure()` on CUDA, each rate the best of REPEATS timed runs after a warm-up (CUDA events):
-- dram: a device-to-device copy of COPY_BYTES, or an eighth of the GPU's memory if less (read + written);
+- dram: the faster of a device-to-device copy of COPY_BYTES, or an eighth of the GPU's memory if less (read +
+  written), and a row-sum that reads as many bytes (a read-only stream: on the H200 reductions ran 2% faster than
+  the copy, so a copy ceiling gave SOL fractions of 1.02);
 - bf16 and fp16 tensor cores, and TF32: an N x N x N matmul through cuBLAS (TF32 allowed only for its own run);
 - fp32 on the CUDA cores: a Triton kernel of FMA_CHAINS independent multiply-add chains per element, no memory
   traffic in the loop (2 FLOP per multiply-add);
@@ -11,7 +13,7 @@ measures and writes it; stages/peaks.peaks_for prefers a cached measurement of t
 measurement that fails keeps the table's numbers and says why in `source`, so no SOL claim hides it.
 
 Verified on CPU (tests/test_ceilings.py): caching, keying and the lookup order, with a stand-in measurement.
-The measurement itself has not run on the H200 yet (the device time of the session that wrote it was spent).
+Measured on the H200 on 2026-11-30 (BENCHMARKS.md, "Ceilings"), before the read-only stream was added.
 """
 
 from __future__ import annotations
@@ -89,6 +91,11 @@ def _copy_rate(nbytes: int) -> float:
     return 2 * nbytes / (_best_ms(lambda: dst.copy_(src)) * 1e-3)
 
 
+def _read_rate(nbytes: int) -> float:
+    src = torch.ones(nbytes // 4, device="cuda").view(-1, 8192)
+    return nbytes / (_best_ms(lambda: src.sum(dim=1)) * 1e-3)
+
+
 def _matmul_flops(dtype: torch.dtype, tf32: bool) -> float:
     a, b = (torch.randn(N, N, device="cuda", dtype=dtype) for _ in range(2))
     before = torch.backends.cuda.matmul.allow_tf32
@@ -152,7 +159,11 @@ def measure() -> Peaks:
             notes.append(f"{field}: table value (measurement failed: {type(e).__name__}: {str(e)[:120]})")
 
     copy_bytes = min(COPY_BYTES, torch.cuda.get_device_properties(0).total_memory // 8)
-    take("dram_bytes_per_s", f"{copy_bytes / 2**30:.1f} GiB device-to-device copy", lambda: _copy_rate(copy_bytes))
+    rates: dict[str, float] = {}
+    take("dram_bytes_per_s", f"{copy_bytes / 2**30:.1f} GiB, the faster of a device-to-device copy and a row-sum "
+         "(see rates below)", lambda: max(rates.setdefault("copy", _copy_rate(copy_bytes)),
+                                          rates.setdefault("read", _read_rate(copy_bytes))))
+    notes += [f"dram {how}: {rate / 1e12:.2f} TB/s" for how, rate in rates.items()]
     take("bf16_tensor_flops_per_s", f"{N}^3 bf16 matmul (cuBLAS)", lambda: _matmul_flops(torch.bfloat16, False))
     take("fp16_tensor_flops_per_s", f"{N}^3 fp16 matmul (cuBLAS)", lambda: _matmul_flops(torch.float16, False))
     take("tf32_flops_per_s", f"{N}^3 fp32 matmul with TF32 (cuBLAS)", lambda: _matmul_flops(torch.float32, True))
