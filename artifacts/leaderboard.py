@@ -5,16 +5,16 @@ from __future__ import annotations
 import pandas as pd
 
 from artifacts.store import Store
+from artifacts.winner import BASELINE_NAMES, winner
 
 COLUMNS = ["rank", "candidate_id", "proposer", "params", "status", "speedup_vs_eager", "speedup_vs_compile",
            "median_us", "reason"]
 
 
 def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
-    """Every candidate of the run: verified ones ranked by geomean speedup over eager, failures with reasons."""
+    """Every candidate of the run and the baselines (the seeds: artifacts/winner.py), ranked by geomean speedup
+    over eager; failures with reasons."""
     cands = store.read("candidates", run_id)
-    if cands.empty:
-        return pd.DataFrame(columns=COLUMNS)
     rows = {c.id: {"candidate_id": c.id, "proposer": c.origin_proposer, "params": c.origin_params, "status": "proposed",
                    "speedup_vs_eager": None, "speedup_vs_compile": None, "median_us": None, "reason": ""}
             for c in cands.itertuples()}
@@ -34,6 +34,16 @@ def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
         for cid, group in timings.groupby("candidate_id"):
             if cid in rows:
                 rows[cid]["median_us"] = "/".join(f"{m:.1f}" for m in group.sort_values("workload").median_us)
+    won = winner(store, run_id)
+    base = baselines(store, run_id)
+    seeds = won.baselines if won else {}
+    for name, speedup in seeds.items():
+        medians = "/".join(f"{m:.1f}" for m in base.loc[name].dropna()) if name in base.index else None
+        rows[name] = {"candidate_id": name, "proposer": "seed", "params": BASELINE_NAMES[name], "status": "baseline",
+                      "speedup_vs_eager": speedup, "speedup_vs_compile": speedup / seeds["compile"]
+                      if "compile" in seeds else None, "median_us": medians, "reason": ""}
+    if not rows:
+        return pd.DataFrame(columns=COLUMNS)
     frame = pd.DataFrame(list(rows.values()))
     frame = frame.sort_values("speedup_vs_eager", ascending=False, na_position="last").reset_index(drop=True)
     frame.insert(0, "rank", range(1, len(frame) + 1))

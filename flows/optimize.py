@@ -1,5 +1,6 @@
 """The optimize flow: [generate → compile → verify → benchmark (→ profile → refine when promoted)]* under a
-budget, greedy; then the baselines are profiled once.
+budget, greedy; then the baselines are profiled once. The result is the fastest of the best candidate, eager
+and torch.compile (the seeds rule, artifacts/winner.py): never slower than what the user already has.
 
 Thin by design: stages do the work, tasks declare resilience, the store keeps every artifact. Stop
 conditions raise StopSearch with their reason and are caught in one place.
@@ -20,6 +21,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 
 from artifacts.leaderboard import leaderboard, render
 from artifacts.store import Store
+from artifacts.winner import winner
 from flows.tasks import benchmark_task, compile_task, generate_task, profile_task, refine_task, verify_task
 from stages import defaults
 from stages.contracts import (
@@ -64,6 +66,7 @@ class Run:
         self.verified = 0
         self.profiling = profiling
         self.compiled: dict[str, CompileResult] = {}
+        self.vs_compile: dict[str, float | None] = {}
         self.promoted_structures: list[str] = []
         store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
@@ -73,10 +76,14 @@ class Run:
         return dict(workdir=str(workdir), blob_dir=str(self.store.blob_dir), timeout_s=timeout_s)
 
     def finish(self, status: str, reason: str) -> None:
+        won = winner(self.store, self.id) if status == "finished" else None
         self.record = self.record.model_copy(update=dict(
             status=status, stop_reason=reason, updated_at=_now(), n_candidates=len(self.tried),
             n_verified=self.verified, best_candidate_id=self.best[1].id if self.best else None,
-            best_speedup_vs_eager=self.best[0] if self.best else None))
+            best_speedup_vs_eager=self.best[0] if self.best else None,
+            best_speedup_vs_compile=self.vs_compile.get(self.best[1].id) if self.best else None,
+            winner=won.id if won else None, winner_speedup_vs_eager=won.speedup_vs_eager if won else None,
+            winner_note=won.text if won else ""))
         self.store.append("runs", self.id, [self.record])
 
 
@@ -103,6 +110,7 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baselin
     if timed.status != "ok":
         return None
     run.verified += 1
+    run.vs_compile[candidate.id] = timed.speedup_vs_compile
     return timed.speedup_vs_eager
 
 
@@ -203,9 +211,11 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     board = leaderboard(run.store, run.id)
     create_table_artifact(key=f"leaderboard-{problem.id.lower().replace('_', '-')}",
                           table=board.astype(str).to_dict("records"), description=f"run {run.id}")
-    print(f"stopped: {run.record.stop_reason}\n{render(board)}")
+    print(f"stopped: {run.record.stop_reason}\n{render(board)}\n{run.record.winner_note}")
     return {"run_id": run.id, "store": str(run.store.root), "best_candidate_id": run.record.best_candidate_id,
-            "best_speedup_vs_eager": run.record.best_speedup_vs_eager, "stop_reason": run.record.stop_reason}
+            "best_speedup_vs_eager": run.record.best_speedup_vs_eager, "stop_reason": run.record.stop_reason,
+            "winner": run.record.winner, "winner_speedup_vs_eager": run.record.winner_speedup_vs_eager,
+            "winner_note": run.record.winner_note}
 
 
 def main(problem_path: str, **kwargs) -> dict:

@@ -128,7 +128,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     r = record.iloc[0]
     print(f"run {run_id}: {r.problem_id} on {r.device} ({r.sizes} shapes), {r.status}: {r.stop_reason}")
     print(f"candidates {r.n_candidates}, verified {r.n_verified}, best {r.best_candidate_id} "
-          f"({r.best_speedup_vs_eager} x eager)\n")
+          f"({r.best_speedup_vs_eager} x eager)")
+    note = r.get("winner_note")  # NaN for runs recorded before the seeds rule
+    print((note if isinstance(note, str) and note else "winner: not recorded (the run did not finish)") + "\n")
     if r.device == "cpu":
         print("CPU run: Triton candidates ran in Triton's interpreter, so these times show that the pipeline works "
               "and say nothing about GPU speed.\n")
@@ -145,8 +147,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     summary = optimize(args.problem, budget=args.budget, store=args.store, device=args.device, sizes=args.sizes,
                        proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
                        baselines=args.baselines.split(",") if args.baselines else None, executor=args.executor)
-    print(f"\nbest: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager); "
-          f"`kernelflow show {summary['run_id']} --store {summary['store']}`")
+    print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
+          f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
 
 

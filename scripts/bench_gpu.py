@@ -41,7 +41,8 @@ def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict
     timings, base = store.read("timings", run_id), store.read("baselines", run_id)
     out: dict = {"problem": problem_id, "run_id": run_id, "stop_reason": record["stop_reason"],
                  "n_candidates": int(record["n_candidates"]), "n_verified": int(record["n_verified"]),
-                 "wall_s": round(wall_s, 1), "best": best, "workloads": {}}
+                 "wall_s": round(wall_s, 1), "best": best, "workloads": {},
+                 "winner_note": record.get("winner_note") if isinstance(record.get("winner_note"), str) else None}
     if not bench.empty:
         out["gpu_s_benchmark"] = round(float(bench.duration_s.sum()), 1)
     if best and not bench.empty:
@@ -243,7 +244,65 @@ def render(results: Path) -> str:
                          f"{tried} |")
         if not r["workloads"]:
             lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | {r['stop_reason'][:80]} | 0/0 |")
-    return "\n".join(lines) + "\n\n" + render_profiles(rows)
+    return "\n".join(lines) + "\n\n" + render_results(rows) + "\n\n" + render_profiles(rows)
+
+
+def is_fusion(problem_id: str) -> bool:
+    """A fusion problem says so in its docstring ("Fusion: ..."); the others are single operations."""
+    return "\nFusion:" in (ROOT / "problems" / f"{problem_id}.py").read_text()
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def result_of(r: dict) -> dict | None:
+    """One problem under the seeds rule (artifacts/winner.py), from its medians: the best candidate's geomean
+    speedups, torch.compile's over eager, and the winner; None without a timed eager and torch.compile."""
+    ws = [t for t in r["workloads"].values() if "eager" in t and "compile" in t]
+    if not ws:
+        return None
+    compile_e = geomean([t["eager"][0] / t["compile"][0] for t in ws])
+    out = {"fusion": is_fusion(r["problem"]), "compile_vs_eager": compile_e, "cand_vs_eager": None,
+           "cand_vs_compile": None}
+    speeds = {"eager": 1.0, "torch.compile": compile_e}
+    if all("candidate" in t for t in ws):
+        out["cand_vs_eager"] = geomean([t["eager"][0] / t["candidate"][0] for t in ws])
+        out["cand_vs_compile"] = geomean([t["compile"][0] / t["candidate"][0] for t in ws])
+        speeds["candidate"] = out["cand_vs_eager"]
+    best_baseline = max(("eager", "torch.compile"), key=lambda k: speeds[k])
+    out["winner"] = "candidate" if speeds.get("candidate", 0.0) > speeds[best_baseline] else best_baseline
+    out["result_vs_compile"] = speeds[out["winner"]] / compile_e
+    out["result_vs_eager"] = speeds[out["winner"]]
+    return out
+
+
+def render_results(rows: list[dict]) -> str:
+    """Per problem: the best candidate against both baselines, and the run's result under the seeds rule; then
+    the geomeans issue 4's targets are stated in (fusion problems and single operations apart)."""
+    lines = ["| problem | kind | best candidate x eager | x torch.compile | torch.compile x eager | winner (seeds rule) "
+             "| result x torch.compile |", "|---|---|---|---|---|---|---|"]
+    done = [(r["problem"], res) for r in rows if (res := result_of(r))]
+    for pid, res in done:
+        cand = (f"{res['cand_vs_eager']:.2f} | {res['cand_vs_compile']:.2f}" if res["cand_vs_eager"] else "- | -")
+        lines.append(f"| {pid} | {'fusion' if res['fusion'] else 'single op'} | {cand} | {res['compile_vs_eager']:.2f} "
+                     f"| {res['winner']} | {res['result_vs_compile']:.2f} |")
+    lines.append("")
+    for label, group in (("fusion", [x for _, x in done if x["fusion"]]),
+                         ("single op", [x for _, x in done if not x["fusion"]])):
+        cands = [x for x in group if x["cand_vs_eager"]]
+        if not group:
+            continue
+        line = f"- {label} problems ({len(group)}, {len(cands)} with a verified candidate): "
+        if cands:
+            faster = sum(x["cand_vs_eager"] > 1 and x["cand_vs_compile"] > 1 for x in cands)
+            line += (f"best candidates {geomean([x['cand_vs_eager'] for x in cands]):.2f}x eager, "
+                     f"{geomean([x['cand_vs_compile'] for x in cands]):.2f}x torch.compile, faster than both on "
+                     f"{faster} of {len(group)} ({100 * faster / len(group):.0f}%); ")
+        line += (f"results under the seeds rule {geomean([x['result_vs_compile'] for x in group]):.2f}x "
+                 f"torch.compile, a baseline wins on {sum(x['winner'] != 'candidate' for x in group)}")
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def render_profiles(rows: list[dict]) -> str:

@@ -279,6 +279,10 @@ class RunRecord(Contract):
     best_candidate_id: str | None = None
     best_speedup_vs_eager: float | None = None
     best_speedup_vs_compile: float | None = None
+    winner: str | None = Field(default=None, description="the result under the seeds rule: the best candidate's id "
+                               "when it beats every baseline, else 'eager' or 'compile' (artifacts/winner.py)")
+    winner_speedup_vs_eager: float | None = None
+    winner_note: str = Field(default="", description="one line: who won and by how much, or why a baseline did")
     code_version: str
     prefect_flow_run_id: str | None = Field(default=None, description="the Prefect flow run, for the UI")
 

@@ -52,6 +52,9 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
         assert cli(["show", summary["run_id"], "--store", str(tmp_path)]) == 0
     shown = buffer.getvalue()
     assert summary["best_candidate_id"] in shown and "verified" in shown and "baseline medians" in shown
+    assert summary["winner"] in (summary["best_candidate_id"], "eager")  # the seeds rule: CPU times say nothing
+    assert summary["winner_note"].startswith("winner: ") and summary["winner_note"] in shown
+    assert " seed " in shown  # eager ranked among the candidates
 
 
 def test_compile_is_cached_and_failures_are_rows(prefect_harness, tmp_path: Path):
@@ -116,7 +119,9 @@ def test_flow_publishes_leaderboard_artifact(prefect_harness, tmp_path: Path):
 def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_harness, tmp_path: Path):
     from flows.optimize import main as optimize
 
-    summary = optimize(str(ROOT / "problems" / "13_conv2d_bias_relu_scale.py"), budget=2, store=str(tmp_path), device="cpu")
+    scan = ROOT / "tests" / "fixtures" / "problems" / "cumsum.py"  # no family renders a scan
+    summary = optimize(str(scan), budget=2, store=str(tmp_path), device="cpu")
     assert summary["best_candidate_id"] is None and "nothing more to propose" in summary["stop_reason"]
+    assert summary["winner"] == "eager" and "no candidate was verified" in summary["winner_note"]
     base = pd.read_parquet(tmp_path / "tables" / "baselines")
     assert set(base.benchmark_for) == {"baseline"} and len(base) == 2  # eager on both CPU shapes

@@ -1,0 +1,71 @@
+"""The seeds rule: the run's result is the fastest of the best candidate, eager and torch.compile, and says so."""
+
+from pathlib import Path
+
+from artifacts.leaderboard import leaderboard
+from artifacts.store import Store
+from artifacts.winner import winner
+from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
+
+PROV = Provenance(device="cuda", device_name="gpu", torch="2", python="3", hostname="h", code_version="c", tf32=False)
+
+
+def call(store: Store, candidate: str | None, times: dict[str, list[float]]) -> None:
+    """One benchmark call: `times` maps contender -> median per workload (w0, w1, ...)."""
+    rows = [Timing(problem_id="p", candidate_id=candidate if who == "candidate" else None, contender=who,
+                   benchmark_for=candidate or "baseline", workload=f"w{i}", median_us=t, ci_low_us=t, ci_high_us=t,
+                   min_us=t, mean_us=t, n_reps=9, l2_flushed=True, input_sets=2, provenance=PROV)
+            for who, ts in times.items() for i, t in enumerate(ts)]
+
+    def geo(other: str) -> float | None:
+        if candidate is None or other not in times:
+            return None
+        ratios = [o / c for o, c in zip(times[other], times["candidate"], strict=True)]
+        out = 1.0
+        for r in ratios:
+            out *= r
+        return out ** (1 / len(ratios))
+
+    store.append_benchmark("r", BenchmarkResult(candidate_id=candidate or "baseline", problem_id="p", status="ok",
+                                                device="cuda", sizes="gpu", timings=rows,
+                                                speedup_vs_eager=geo("eager"), speedup_vs_compile=geo("compile")))
+
+
+def test_a_candidate_wins_only_when_faster_than_every_baseline(tmp_path: Path):
+    store = Store(tmp_path)
+    call(store, "slow", {"candidate": [300, 300], "eager": [400, 400], "compile": [200, 200]})
+    won = winner(store, "r")
+    assert won is not None and won.is_baseline and won.id == "compile" and won.best_candidate_id == "slow"
+    assert abs(won.speedup_vs_eager - 2.0) < 1e-9 and "torch.compile" in won.text and "0.667x torch.compile" in won.text
+    call(store, "fast", {"candidate": [100, 150], "eager": [400, 420], "compile": [210, 190]})
+    won = winner(store, "r")
+    assert won is not None and not won.is_baseline and won.id == "fast"
+    assert won.speedup_vs_compile is not None and won.speedup_vs_compile > 1.0
+
+
+def test_a_tie_keeps_the_baseline(tmp_path: Path):
+    store = Store(tmp_path)
+    call(store, "same", {"candidate": [100.0], "eager": [100.0]})  # a CPU run: eager only
+    won = winner(store, "r")
+    assert won is not None and won.id == "eager" and won.speedup_vs_compile is None
+
+
+def test_with_no_candidate_the_baselines_timed_alone_decide(tmp_path: Path):
+    store = Store(tmp_path)
+    assert winner(store, "r") is None  # nothing timed at all
+    call(store, None, {"eager": [500, 520], "compile": [400, 410]})
+    won = winner(store, "r")
+    assert won is not None and won.id == "compile" and "no candidate was verified" in won.text
+    board = leaderboard(store, "r")
+    assert list(board.candidate_id) == ["compile", "eager"] and set(board.status) == {"baseline"}
+    assert board.median_us.iloc[0] == "400.0/410.0"
+
+
+def test_the_leaderboard_ranks_candidates_among_the_seeds(tmp_path: Path):
+    store = Store(tmp_path)
+    cand = Candidate.make("p", "triton", "class ModelNew: ...", Origin(kind="builtin", proposer="rowwise", params={}))
+    store.append("candidates", "r", [cand])
+    call(store, cand.id, {"candidate": [300], "eager": [400], "compile": [200]})
+    board = leaderboard(store, "r")
+    assert list(board.candidate_id) == ["compile", cand.id, "eager"]
+    assert list(board.status) == ["baseline", "verified", "baseline"] and board.proposer.iloc[0] == "seed"
