@@ -25,6 +25,7 @@ from artifacts.winner import winner
 from flows.tasks import benchmark_task, compile_task, generate_task, profile_task, refine_task, verify_task
 from stages import defaults
 from stages.contracts import (
+    Action,
     Backend,
     Baseline,
     BenchmarkRequest,
@@ -33,6 +34,7 @@ from stages.contracts import (
     CompileResult,
     Device,
     GenerateRequest,
+    Policy,
     Problem,
     ProfileRequest,
     RunRecord,
@@ -67,6 +69,7 @@ class Run:
         self.profiling = profiling
         self.compiled: dict[str, CompileResult] = {}
         self.vs_compile: dict[str, float | None] = {}
+        self.actions: dict[str, list[Action]] = {}  # per profiled candidate: its findings' actions, causes first
         self.promoted_structures: list[str] = []
         store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
@@ -152,6 +155,8 @@ def profile_and_refine(run: Run, req: ProfileRequest, mode: Mode, compiled: Comp
     gpu = torch.cuda.get_device_name() if run.device == "cuda" else None
     feedback = refine_task(RefineRequest(evidence=evidence(run.problem, compiled, profiled, gpu)))
     run.store.append("feedback", run.id, [feedback])
+    if req.candidate is not None:  # what the proposer may act on when this candidate is the parent
+        run.actions[req.candidate.id] = [f.action for f in feedback.findings if not f.explained_by]
     print(f"profile of {req.subject_id}:\n{feedback.text}")
 
 
@@ -167,7 +172,8 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
             raise StopSearch(f"wall-time budget of {wall_time_s:.0f} s spent")
         parent = run.best[1] if run.best else None
         proposed = generate_task(GenerateRequest(problem=run.problem, n=1, proposer=proposer, backend=backend,
-                                                 parent=parent, exclude_ids=run.tried, seed=seed + len(run.tried)))
+                                                 parent=parent, actions=run.actions.get(parent.id, []) if parent else [],
+                                                 exclude_ids=run.tried, seed=seed + len(run.tried)))
         if not proposed.candidates:
             raise StopSearch(f"proposer {proposer!r} has nothing more to propose: {proposed.message}")
         for candidate in proposed.candidates:
@@ -185,8 +191,10 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
 def optimize(problem_path: str, budget: int = 8, store: str | None = None, device: Device | None = None,
              sizes: SizeSet | None = None, proposer: str = "builtin", backend: Backend | None = None,
              baselines: list[Baseline] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
-             stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True) -> dict:
+             stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True, policy: dict | None = None) -> dict:
     problem = load_problem(problem_path)
+    if policy:  # a campaign's policy overrides the problem's for every stage (Policy's fields, e.g. allow_tf32)
+        problem = problem.model_copy(update={"policy": Policy(**{**problem.policy.model_dump(), **policy})})
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu":
         print("No GPU in use: candidates run on CPU (Triton through its interpreter); CPU timings are labelled "

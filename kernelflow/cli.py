@@ -141,12 +141,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy(pairs: list[str] | None) -> dict | None:
+    """--policy allow_vendor_libraries=false ... as Policy fields (booleans: true/false)."""
+    from stages.contracts import Policy
+
+    out: dict = {}
+    for pair in pairs or []:
+        key, _, value = pair.partition("=")
+        if key not in Policy.model_fields or value.lower() not in ("true", "false"):
+            raise SystemExit(f"--policy {pair!r}: expected one of {', '.join(Policy.model_fields)} = true|false")
+        out[key] = value.lower() == "true"
+    return out or None
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
     from flows.optimize import main as optimize
 
     summary = optimize(args.problem, budget=args.budget, store=args.store, device=args.device, sizes=args.sizes,
                        proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
-                       baselines=args.baselines.split(",") if args.baselines else None, executor=args.executor)
+                       baselines=args.baselines.split(",") if args.baselines else None, executor=args.executor,
+                       policy=_policy(args.policy))
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
@@ -169,6 +183,8 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--wall-time", type=float, default=3600.0, help="wall-time budget, seconds")
     o.add_argument("--proposer", default="builtin")
     o.add_argument("--executor", choices=["subprocess", "inline"], default="subprocess")
+    o.add_argument("--policy", action="append", metavar="FIELD=true|false",
+                   help="override the problem's policy for this run, e.g. allow_vendor_libraries=false (repeatable)")
     common(o)
     o.set_defaults(fn=cmd_optimize)
     pr = sub.add_parser("problems", help="problem files").add_subparsers(dest="action", required=True)

@@ -36,7 +36,7 @@ FailureKind = Literal[
     "input_mutation",  # the candidate changed its inputs
     "nondeterministic",  # a second call on the same inputs disagreed
     "cheat",  # a harness-evading output (tensor subclass, aliasing) or behaviour
-    "policy_violation",  # a call the problem's policy forbids
+    "policy_violation",  # the forward calls torch ops the policy forbids (stages/library_policy.py)
     "unavailable",  # the backend cannot run here (no nvcc, no GPU); says why
 ]
 
@@ -64,11 +64,15 @@ DEFAULT_TOLERANCE: dict[str, Tolerance] = {
 
 
 class Policy(Contract):
-    """What a candidate may do; enforced by verify (more checks arrive with the integrity work)."""
+    """What a candidate may do; enforced by verify (library calls: stages/library_policy.py)."""
 
     allow_tf32: bool = Field(default=False, description="fp32 matmul/conv may use TF32 (in candidate and baselines)")
     allow_vendor_libraries: bool = Field(
         default=True, description="cuBLAS/cuDNN calls (torch matmul/conv) allowed for matmul/conv parts"
+    )
+    allow_torch_compute: bool = Field(
+        default=False, description="the forward may compute with any torch op (plain-PyTorch candidates); else only "
+        "kernels, allocation, views, copies and the vendor calls above may run"
     )
     reference_fp64: bool = Field(default=True, description="compute the reference in float64 on upcast inputs")
 
@@ -174,6 +178,12 @@ class VerifyRequest(StageRequest):
     sizes: list[SizeSet] = Field(default=["cpu"], description="workload sets to verify on")
     trials: int = Field(default=5, ge=1, description="fresh-input trials per workload")
     seed: int = Field(default=0, description="base seed; trials derive their own")
+    policy: Policy | None = Field(default=None, description="a campaign's policy; None: the problem's own")
+
+    @property
+    def effective_policy(self) -> Policy:
+        """The request's policy if given, else the problem's."""
+        return self.policy or self.problem.policy
 
 
 class VerifyResult(StageResult):
@@ -251,6 +261,8 @@ class GenerateRequest(Contract):
     proposer: str = Field(default="builtin", description="registry name")
     backend: Backend | None = Field(default=None, description="restrict to one backend")
     parent: Candidate | None = Field(default=None, description="candidate to refine, if any")
+    actions: list[Action] = Field(default_factory=list, description="the parent's profile feedback, causes first: "
+                                  "what the micro-profiling tools suggest changing (stages/proposers/mutations.py)")
     exclude_ids: list[str] = Field(default_factory=list, description="candidate ids already tried")
     seed: int = 0
 

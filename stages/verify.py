@@ -3,6 +3,11 @@
 Per workload, `trials` fresh draws cycling through several input distributions; reference in float64 on
 upcast inputs; outputs NaN-poisoned (uninitialized memory is filled with NaN); NaN/Inf, all-zero, structure,
 tolerance, input mutation and a second call on the same inputs all checked.
+
+Library policy: every forward call runs under a census of the torch operators it dispatches
+(stages/library_policy.py). An op the policy forbids (torch math standing in for a kernel; cuBLAS/cuDNN when
+vendor libraries are off) fails the candidate as `policy_violation`, before its output is judged. The policy
+is the request's if it carries one (a campaign's), else the problem's. The constructor is not counted.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from stages.contracts import FailureKind, VerifyRequest, VerifyResult
 from stages.errors import CandidateFault
 from stages.inputs import DISTRIBUTIONS, clone, draw, trial_seed, upcast
 from stages.instantiate import build, guarded, set_precision
+from stages.library_policy import Census, listing, violation
 from stages.problem import import_problem
 
 Result = VerifyResult
@@ -45,8 +51,8 @@ def _same(a: list, b: list) -> bool:
 
 
 def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, float, str | None]:
-    problem, device = req.problem, req.device
-    set_precision(problem.policy)
+    problem, device, policy = req.problem, req.device, req.effective_policy
+    set_precision(policy)
     module = import_problem(problem.path)
     new_cls = load_model_class(req.candidate, req.workdir, device)
     passed = skipped = 0
@@ -54,7 +60,7 @@ def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, floa
     dists = list(DISTRIBUTIONS)
     for w in [w for sizes in req.sizes for w in problem.workloads(sizes)]:
         ref, new = build(module, new_cls, w, device, seed=trial_seed(req.seed, w.name, "init"))
-        ref64 = copy.deepcopy(ref).double() if problem.policy.reference_fp64 else ref
+        ref64 = copy.deepcopy(ref).double() if policy.reference_fp64 else ref
         assert new is not None
         for t in range(req.trials):
             dist = dists[t % len(dists)]
@@ -62,7 +68,7 @@ def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, floa
             inputs = draw(module, w, trial_seed(req.seed, w.name, t), dist, device)
             with torch.no_grad():
                 expect = ref(*clone(inputs))
-                expect64 = ref64(*upcast(inputs)) if problem.policy.reference_fp64 else expect
+                expect64 = ref64(*upcast(inputs)) if policy.reference_fp64 else expect
             if not all(torch.isfinite(r).all() for r in as_list(expect64) if r.is_floating_point()):
                 skipped += 1
                 log.write(f"{what}: skipped, the reference is not finite on these inputs\n")
@@ -76,8 +82,12 @@ def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, floa
             outs, trial_worst = [], 0.0
             for call in (1, 2):
                 poison_device_cache(4 * sum(r.numel() * r.element_size() for r in as_list(expect)))
-                with torch.no_grad():
+                with torch.no_grad(), Census() as census:
                     out = guarded(new, *inputs)
+                if t == 0 and call == 1:
+                    log.write(f"{w.name}: the forward dispatches {listing(census.counts) or 'no torch ops'}\n")
+                if (why := violation(census.counts, policy)) is not None:
+                    raise CandidateFault("policy_violation", f"{why} [{what} call {call}]")
                 if not _same(inputs, kept):
                     raise CandidateFault("input_mutation", f"{what}: the candidate modified its inputs")
                 ratio = judge(out, expect64, expect, problem.tolerance, f"{what} call {call}")

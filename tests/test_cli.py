@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 ADV = ROOT / "tests" / "fixtures" / "adversarial"
 
@@ -20,15 +22,26 @@ def test_validate_names_the_broken_file(tmp_path: Path):
     assert "BROKEN  problem file" in out.stdout and "no_model.py: defines no class Model" in out.stdout
 
 
+def torch_compute_softmax(tmp_path: Path) -> str:
+    """01_softmax with a POLICY that lets torch ops compute: the fixtures are plain-PyTorch candidates."""
+    path = tmp_path / "problems" / "01_softmax.py"
+    path.parent.mkdir()
+    path.write_text((ROOT / "problems" / "01_softmax.py").read_text() + '\nPOLICY = {"allow_torch_compute": True}\n')
+    return str(path)
+
+
 def test_verify_accepts_good_and_rejects_with_reason(tmp_path: Path):
-    good = kf("verify", "problems/01_softmax.py", str(ADV / "good.py"), "--device", "cpu", store=tmp_path)
+    problem = torch_compute_softmax(tmp_path)
+    good = kf("verify", problem, str(ADV / "good.py"), "--device", "cpu", store=tmp_path)
     assert good.returncode == 0 and "VERIFIED" in good.stdout, good.stdout + good.stderr
-    bad = kf("verify", "problems/01_softmax.py", str(ADV / "input_mutation.py"), "--device", "cpu", store=tmp_path)
+    bad = kf("verify", problem, str(ADV / "input_mutation.py"), "--device", "cpu", store=tmp_path)
     assert bad.returncode == 1 and "input_mutation" in bad.stdout and "REJECTED" in bad.stderr
+    torch_math = kf("verify", "problems/01_softmax.py", str(ADV / "good.py"), "--device", "cpu", store=tmp_path)
+    assert torch_math.returncode == 1 and "policy_violation" in torch_math.stdout and "aten.exp x1" in torch_math.stdout
 
 
 def test_bench_prints_timings_labelled_cpu(tmp_path: Path):
-    out = kf("bench", "problems/01_softmax.py", str(ADV / "good.py"), "--device", "cpu", store=tmp_path)
+    out = kf("bench", torch_compute_softmax(tmp_path), str(ADV / "good.py"), "--device", "cpu", store=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "CPU (not comparable with GPU numbers)" in out.stdout and "speedup vs eager" in out.stdout
     assert (tmp_path / "tables" / "timings").is_dir() and (tmp_path / "tables" / "baselines").is_dir()
@@ -46,3 +59,13 @@ def test_roofline_prints_floor_and_class(tmp_path: Path):
     assert "01_softmax" in out.stdout and "memory" in out.stdout and "compute" in out.stdout
     unknown = kf("problems", "roofline", "problems/01_softmax.py", "--gpu", "Some GPU", store=tmp_path)
     assert unknown.returncode == 1 and "no ceilings known" in unknown.stderr
+
+
+def test_policy_overrides_parse_and_unknown_fields_are_refused():
+    from kernelflow.cli import _policy
+
+    assert _policy(["allow_vendor_libraries=false", "allow_tf32=TRUE"]) == {"allow_vendor_libraries": False,
+                                                                            "allow_tf32": True}
+    assert _policy(None) is None
+    with pytest.raises(SystemExit, match="allow_everything"):
+        _policy(["allow_everything=true"])

@@ -125,3 +125,13 @@ def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_
     assert summary["winner"] == "eager" and "no candidate was verified" in summary["winner_note"]
     base = pd.read_parquet(tmp_path / "tables" / "baselines")
     assert set(base.benchmark_for) == {"baseline"} and len(base) == 2  # eager on both CPU shapes
+
+
+def test_a_run_policy_overrides_the_problems_for_every_stage(prefect_harness, tmp_path: Path):
+    from flows.optimize import main as optimize
+
+    summary = optimize(str(ROOT / "problems" / "11_linear_bias_gelu.py"), budget=1, store=str(tmp_path), device="cpu",
+                       policy={"allow_vendor_libraries": False})
+    cands, problems = (pd.read_parquet(tmp_path / "tables" / t) for t in ("candidates", "problems"))
+    assert list(cands.origin_proposer) == ["matmul"]  # library_epilogue declined: cuBLAS is forbidden for this run
+    assert not problems.policy_allow_vendor_libraries.iloc[0] and summary["best_candidate_id"] == cands.id.iloc[0]

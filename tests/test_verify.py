@@ -11,6 +11,9 @@ from stages.problem import load_problem
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
+# The fixtures are plain-PyTorch stand-ins for kernels, so the campaign's policy lets torch ops compute
+# (tests/test_library_policy.py tests that the default policy rejects them).
+TORCH_COMPUTE = SOFTMAX.policy.model_copy(update={"allow_torch_compute": True})
 
 EXPECTED = {
     "good": None,
@@ -37,7 +40,7 @@ def verify(name: str, tmp_path: Path, mode: str):
     source = (FIXTURES / f"{name}.py").read_text()
     candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
     request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
-                            candidate=candidate, timeout_s=15 if name == "hang" else 120)
+                            candidate=candidate, policy=TORCH_COMPUTE, timeout_s=15 if name == "hang" else 120)
     return run_stage("verify", request, mode)  # type: ignore[arg-type]
 
 
