@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from stages import generate
 from stages.candidate import load_model_class
@@ -13,11 +14,13 @@ from stages.contracts import Candidate, GenerateRequest, Origin
 from stages.problem import import_problem, load_problem, workload_call
 from stages.templates import TEMPLATES
 from stages.templates.lowering import trace
+from stages.templates.program import TemplateMismatch
 
 PROBLEMS = sorted(Path(__file__).resolve().parents[1].glob("problems/*.py"))
 COVERED = {"01_softmax", "02_log_softmax", "03_layernorm", "04_rmsnorm", "05_gelu_tanh", "06_row_mean", "07_row_max",
            "08_matmul_fp32", "09_silu", "10_matmul_bf16", "11_linear_bias_gelu", "12_matmul_scale_residual",
-           "14_residual_layernorm", "15_add_rmsnorm", "16_swiglu_bf16", "17_elementwise_chain", "18_scaled_bias_softmax"}
+           "13_conv2d_bias_relu_scale", "14_residual_layernorm", "15_add_rmsnorm", "16_swiglu_bf16",
+           "17_elementwise_chain", "18_scaled_bias_softmax"}
 
 
 def assert_matches(candidate: Candidate, path: Path, workdir: Path) -> None:
@@ -61,10 +64,51 @@ def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) 
                    path, tmp_path)
 
 
-def test_conv_gets_no_candidate_and_a_reason() -> None:
-    result = generate.run(GenerateRequest(problem=load_problem(next(p for p in PROBLEMS if "conv" in p.stem)), n=4))
-    assert result.candidates == [] and "unsupported module Conv2d" in result.message
-    assert "matmul: no matmul" in result.message
+@pytest.mark.parametrize("stem", ["01_softmax", "02_log_softmax", "03_layernorm", "06_row_mean", "07_row_max",
+                                  "15_add_rmsnorm", "18_scaled_bias_softmax"])
+def test_multi_row_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) -> None:
+    """Every CPU row is narrower than min_tile: several rows per program, the last program's extra rows masked."""
+    path = next(p for p in PROBLEMS if p.stem == stem)
+    problem, module = load_problem(path), import_problem(path)
+    params = {"num_warps": 4, "max_block_d": 16384, "min_tile": 4096}
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
+    assert "_kf_rows_resident[" in source
+    for w in problem.cpu_workloads:
+        x = max(workload_call(module, w, "get_inputs", path, meta=True), key=lambda t: t.numel())
+        rows, per = x.numel() // x.shape[-1], 4096 // triton.next_power_of_2(x.shape[-1])
+        assert per > 1 and rows % per, (w.name, rows, per)  # several rows per program, a ragged last one
+    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
+                   path, tmp_path)
+
+
+@pytest.mark.parametrize("stem", ["06_row_mean", "07_row_max"])
+def test_split_row_kernels_match_the_reference(stem: str, tmp_path: Path) -> None:
+    """Few rows longer than max_block_d: column chunks reduced into partials, then combined per row."""
+    path = next(p for p in PROBLEMS if p.stem == stem)
+    problem, module = load_problem(path), import_problem(path)
+    plan = TEMPLATES["rowwise"].match(problem, trace(problem, module))
+    assert any("split_below" in p for p in TEMPLATES["rowwise"].variants(plan))
+    params = {"num_warps": 4, "max_block_d": 8, "split_below": 256}
+    source = TEMPLATES["rowwise"].render(plan, params)
+    assert "_kf_row_partial[(rows, splits)]" in source and "_kf_row_combine[" in source
+    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
+                   path, tmp_path)
+
+
+def test_split_rows_only_where_partials_combine() -> None:
+    path = next(p for p in PROBLEMS if p.stem == "01_softmax")  # a second-level reduction and an elem output
+    problem = load_problem(path)
+    plan = TEMPLATES["rowwise"].match(problem, trace(problem, import_problem(path)))
+    assert not any("split_below" in p for p in TEMPLATES["rowwise"].variants(plan))
+    with pytest.raises(TemplateMismatch, match="split rows"):
+        TEMPLATES["rowwise"].render(plan, {"num_warps": 4, "max_block_d": 8, "split_below": 256})
+
+
+def test_unmatched_problem_gets_no_candidate_and_every_familys_reason() -> None:
+    scan = Path(__file__).parent / "fixtures" / "problems" / "cumsum.py"
+    result = generate.run(GenerateRequest(problem=load_problem(scan), n=4))
+    assert result.candidates == [] and "rowwise: unsupported op 'cumsum'" in result.message
+    assert "matmul: no matmul" in result.message and "library_epilogue: no matmul" in result.message
 
 
 def test_exclusion_seed_and_parent() -> None:

@@ -1,17 +1,22 @@
 """The builtin (LLM-free) proposer: recognize the computation, instantiate template families.
 
-Variants come best guess first; a request's seed rotates that order, and a parent from the same family
-puts the variants nearest its parameters first. A problem no family matches gets zero candidates and the
-families' reasons.
+Variants come best guess first, the matching families taking turns (so a search of a few candidates sees every
+family); a request's seed rotates that order. A parent from a matching family makes its family take its turn
+last (the others get their best guess tried before local tuning) with the variants nearest the parent first.
+With the parent's profile actions (GenerateRequest.actions), its family proposes first what those actions
+suggest (stages/proposers/mutations.py), then the parent's plain neighbours, then the nearest variants.
+A problem no family matches gets zero candidates and the families' reasons.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
 from stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin
 from stages.problem import import_problem
+from stages.proposers import mutations
 from stages.templates import TEMPLATES
 from stages.templates.lowering import trace
 from stages.templates.program import Plan, TemplateMismatch
@@ -23,14 +28,32 @@ def _distance(params: dict[str, Any], parent: dict[str, Any]) -> float:
                if isinstance(v, int) and isinstance(parent.get(k), int) and v > 0 and parent[k] > 0)
 
 
-def _ordered(family: str, plan: Plan, req: GenerateRequest) -> list[dict[str, Any]]:
+def _ordered(family: str, plan: Plan, req: GenerateRequest, notes: list[str]) -> list[dict[str, Any]]:
     params = TEMPLATES[family].variants(plan)
-    shift = req.seed % len(params)
-    params = params[shift:] + params[:shift]
     if req.parent is not None and req.parent.origin.proposer == family:
+        shift = req.seed % len(params)  # breaks ties in distance
         parent = req.parent.origin.params
-        params = sorted((p for p in params if p != parent), key=lambda p: _distance(p, parent))
+        nearest = sorted((p for p in params[shift:] + params[:shift] if p != parent), key=lambda p: _distance(p, parent))
+        moved: list[dict[str, Any]] = []
+        for action in req.actions:  # the tools' actions first, causes before symptoms, as refine ordered them
+            sets = [p for p in mutations.apply(action, parent) if p not in moved]
+            moved += sets
+            notes.append(f"{action.kind}: {len(sets)} parameter sets" if sets else mutations.why_not(action, parent))
+        moved += [p for p in mutations.explore(parent) if p not in moved] if req.actions else []
+        params = moved + [p for p in nearest if p not in moved]
     return params
+
+
+def _turns(plans: dict[str, Plan], req: GenerateRequest, notes: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(family, params) in proposal order: round robin over the families, the parent's family last."""
+    refined = req.parent.origin.proposer if req.parent is not None else None
+    families = sorted(plans, key=lambda family: family == refined)
+    lists = [[(family, p) for p in _ordered(family, plans[family], req, notes)] for family in families]
+    turns = [turn for row in itertools.zip_longest(*lists) for turn in row if turn is not None]
+    if refined in plans:
+        return turns
+    shift = req.seed % max(len(turns), 1)
+    return turns[shift:] + turns[:shift]
 
 
 def _plans(req: GenerateRequest) -> tuple[dict[str, Plan], list[str]]:
@@ -58,7 +81,8 @@ def propose(req: GenerateRequest) -> GenerateResult:
     candidates: list[Candidate] = []
     seen = set(req.exclude_ids)
     parent_id = req.parent.id if req.parent is not None else None
-    variants = [(family, params) for family, plan in plans.items() for params in _ordered(family, plan, req)]
+    notes: list[str] = []
+    variants = _turns(plans, req, notes)
     for family, params in variants:
         if len(candidates) == req.n:
             break
@@ -71,4 +95,6 @@ def propose(req: GenerateRequest) -> GenerateResult:
     message = "" if len(candidates) == req.n else (
         f"{len(candidates)} of {req.n}: the families have {len(variants)} variants, "
         f"{len(variants) - len(candidates)} of them excluded as already tried")
+    if notes:
+        message = "; ".join(filter(None, [message, "from the parent's profile: " + "; ".join(notes)]))
     return GenerateResult(problem_id=req.problem.id, proposer="builtin", candidates=candidates, message=message)

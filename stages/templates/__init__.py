@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from stages.templates import elementwise, matmul, rowwise
+from stages.templates import elementwise, library_epilogue, matmul, rowwise
 
-TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise, "matmul": matmul}
+TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise,
+                                    "library_epilogue": library_epilogue, "matmul": matmul}

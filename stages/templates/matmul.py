@@ -54,7 +54,7 @@ class MatmulPlan(Plan):
     half: bool = False  # bf16/fp16 inputs
 
 
-def _tensor_expr(node: Any, what: str) -> str:
+def tensor_expr(node: Any, what: str) -> str:
     if isinstance(node, torch.fx.Node) and node.op == "placeholder":
         return str(node.target)
     if isinstance(node, torch.fx.Node) and node.op == "get_attr":
@@ -70,7 +70,7 @@ def _linear_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
     return bound["input"], bound["weight"], bound.get("bias")
 
 
-class _Epilogue(Lowering):
+class Epilogue(Lowering):
     """The lowering of the graph around its products: each product is an accumulator line, the rest pointwise."""
 
     def __init__(self, traced: Traced, products: list[torch.fx.Node], bias: dict[torch.fx.Node, Any]):
@@ -99,7 +99,7 @@ class _Epilogue(Lowering):
         return program
 
 
-def _find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], list[Product], dict[torch.fx.Node, Any],
+def find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], list[Product], dict[torch.fx.Node, Any],
                                                          set[torch.dtype]]:
     """The product nodes, their operands, their Linear biases and the dtypes of everything they multiply."""
     nodes: list[torch.fx.Node] = []
@@ -114,7 +114,7 @@ def _find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], li
             a, b = node.args[0], f"self.{node.target}.weight"
             if module.bias is not None:
                 biases[node] = f"self.{node.target}.bias"
-            products.append(Product(_tensor_expr(a, "left"), b, True))
+            products.append(Product(tensor_expr(a, "left"), b, True))
             operands = [a]
             dtypes.add(module.weight.dtype)
         elif node.op in ("call_function", "call_method") and op_name(node) in (*_MATMUL_OPS, "linear"):
@@ -122,13 +122,13 @@ def _find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], li
                 a, w, bias = _linear_args(node)
                 if bias is not None:
                     biases[node] = bias
-                products.append(Product(_tensor_expr(a, "left"), _tensor_expr(w, "weight"), True))
+                products.append(Product(tensor_expr(a, "left"), tensor_expr(w, "weight"), True))
                 operands = [a, w]
             else:
                 if len(node.args) != 2 or node.kwargs:
                     raise TemplateMismatch(f"unsupported matmul call {node.format_node()}")
                 a, b = node.args
-                products.append(Product(_tensor_expr(a, "left"), _tensor_expr(b, "right"), False))
+                products.append(Product(tensor_expr(a, "left"), tensor_expr(b, "right"), False))
                 operands = [a, b]
         else:
             continue
@@ -141,7 +141,7 @@ def _find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], li
 
 
 def match(problem: Problem, traced: Traced) -> MatmulPlan:
-    nodes, products, biases, dtypes = _find_products(traced.graph)
+    nodes, products, biases, dtypes = find_products(traced.graph)
     if not nodes:
         raise TemplateMismatch("no matmul, mm, @ or linear in forward")
     if len(nodes) > _MAX_PRODUCTS:
@@ -150,7 +150,7 @@ def match(problem: Problem, traced: Traced) -> MatmulPlan:
         raise TemplateMismatch("two products that do not share their left operand and output shape")
     if len(dtypes) != 1 or (dtype := dtypes.pop()) not in _DTYPES:
         raise TemplateMismatch(f"product operands of dtypes {sorted(map(str, dtypes))}: one of fp32, bf16, fp16 only")
-    program = _Epilogue(traced, nodes, biases).lower()
+    program = Epilogue(traced, nodes, biases).lower()
     precision = "tf32" if problem.policy.allow_tf32 else "ieee"
     return MatmulPlan(program=program, reference=traced.reference,
                       products=tuple(products), precision=precision, half=dtype != torch.float32)

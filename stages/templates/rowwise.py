@@ -1,10 +1,16 @@
 """Family `rowwise`: reductions over the last dim (softmax, norms, row sums and maxima) with the pointwise
 ops around them; one program per row.
 
-Two kernels per candidate, chosen at runtime from the row length D: `resident` keeps the row in registers
+Kernels chosen at runtime from the row length D: `resident` keeps the row in registers
 (BLOCK_D = next_power_of_2(D) <= max_block_d); `looped` walks the row in chunks of max_block_d, one pass per
-level of reduction (recomputing the pointwise lines it needs) and a last pass for the output.
-Parameters: num_warps (at most; narrow rows use fewer) and max_block_d.
+level of reduction (recomputing the pointwise lines it needs) and a last pass for the output. With `min_tile`,
+narrow rows (BLOCK_D < min_tile) go to `rows`: min_tile // BLOCK_D rows per program as one 2-D tile, reduced
+along its columns, so a program has as much work as a wide row's (one program per 1024-wide row left eager's
+multi-row kernels 6-13% ahead on the H200: BENCHMARKS.md, 01/02 gpu1).
+With `split_below`, few long rows (fewer than split_below, D > max_block_d) of a splittable program (a row
+output from sums, maxima or minima of the row) run in two stages: `partial` reduces column chunks of each row
+into a float32 buffer, `combine` reduces each row's partials and stores.
+Parameters: num_warps (at most; narrow rows use fewer), max_block_d, and optionally min_tile and split_below.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from stages.templates.source import (
 
 WARPS = (8, 16, 4)
 MAX_BLOCKS = (16384, 4096)
+MIN_TILES = (4096,)
+# Split rows: fewer rows than SPLIT_BELOW, each longer than max_block_d, are cut into column chunks so that about
+# SPLIT_PROGRAMS programs run (64 rows of 8M on 132 SMs ran at 0.53x eager with one program per row).
+SPLIT_BELOW, SPLIT_PROGRAMS = 256, 1024
 
 _MASKED = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")'}
 _COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax"}
@@ -38,7 +48,11 @@ def match(problem: Problem, traced: Traced) -> Plan:
 
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
-    return [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
+    """Multi-row tiles first (they change nothing for rows of min_tile or more), then one row per program."""
+    split = {"split_below": SPLIT_BELOW} if splittable(plan.program) else {}
+    tiled = [{"num_warps": warps, "max_block_d": MAX_BLOCKS[0], "min_tile": tile, **split} for tile in MIN_TILES
+             for warps in WARPS[:2]]
+    return tiled + [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
 
 
 def _args(program: Program) -> list[str]:
@@ -78,6 +92,24 @@ def _resident(program: Program) -> str:
     return _kernel(program, "_kf_row_resident", body)
 
 
+def _rows(program: Program) -> str:
+    """ROWS rows per program: row values are [ROWS, 1] columns (keep_dims), so every line broadcasts as in the
+    one-row kernel; rows past R are masked."""
+    body = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", "row_mask = rows < R",
+            "base = rows.to(tl.int64) * D"]
+    body += [f"o{i} = (rows % r{i}).to(tl.int64) * D" for i, op in enumerate(program.operands) if op.broadcast]
+    body += ["cols = tl.arange(0, BLOCK_D)[None, :]", "mask = row_mask & (cols < D)"]
+    for line in program.lines:
+        if line.reduce:
+            body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, axis=1, keep_dims=True)")
+        else:
+            body.append(_pointwise(program, line))
+    body.append(store_source(program, "rows", "row_mask") if program.out_kind == "row"
+                else store_source(program, "base + cols"))
+    args = _args(program)
+    return jit_source("_kf_rows_resident", [*args[:-1], "R", "ROWS: tl.constexpr", args[-1]], body)
+
+
 def _levels(program: Program) -> dict[str, int]:
     """A reduction's level is 1 + the highest level it depends on; it runs in pass `level`."""
     level: dict[str, int] = {}
@@ -98,10 +130,10 @@ def _closure(program: Program, roots: list[str]) -> list[Line]:
     return [line for line in program.lines if line.name in needed]
 
 
-def _chunk_loop(program: Program, roots: list[str], updates: list[str]) -> list[str]:
-    inner = ["cols = start + tl.arange(0, BLOCK_D)", "mask = cols < D"]
+def _chunk_loop(program: Program, roots: list[str], updates: list[str], start: str = "0", stop: str = "D") -> list[str]:
+    inner = ["cols = start + tl.arange(0, BLOCK_D)", f"mask = cols < {stop}"]
     inner += [_pointwise(program, line) for line in _closure(program, roots)] + updates + ["start += BLOCK_D"]
-    return ["start = 0", "while start < D:", *("    " + line for line in inner)]
+    return [f"start = {start}", f"while start < {stop}:", *("    " + line for line in inner)]
 
 
 def _accumulate(line: Line) -> tuple[list[str], list[str], list[str]]:
@@ -147,6 +179,38 @@ def _looped(program: Program) -> str:
     return _kernel(program, "_kf_row_looped", body)
 
 
+def splittable(program: Program) -> bool:
+    """A row output from reductions of the loaded row only (sum, mean, max, min): partial results combine."""
+    levels = _levels(program)
+    return program.out_kind == "row" and all(
+        levels[ln.name] == 1 and ln.reduce != "argmax" for ln in program.lines if ln.reduce)
+
+
+def _partial(program: Program) -> str:
+    """Split rows, stage 1: program (row, split) reduces columns [split * CHUNK, +CHUNK) into part[j, row, split]."""
+    reduces = [ln for ln in program.lines if ln.reduce]
+    parts = [_accumulate(ln) for ln in reduces]
+    body = [*_prologue(program), "split = tl.program_id(1)", *(x for p in parts for x in p[0])]
+    body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [x for p in parts for x in p[1]],
+                        start="split * CHUNK", stop="tl.minimum(split * CHUNK + CHUNK, D)")
+    body += [x for p in parts for x in p[2]]
+    body += [f"tl.store(part + ({j} * R + row) * SPLITS + split, {ln.name})" for j, ln in enumerate(reduces)]
+    args = _args(program)
+    return jit_source("_kf_row_partial", [*args[:-1], "part", "R", "CHUNK", "SPLITS", args[-1]], body)
+
+
+def _combine(program: Program) -> str:
+    """Split rows, stage 2: each row combines its SPLITS partials, then its row lines, and stores."""
+    body = ["row = tl.program_id(0)", "s = tl.arange(0, SPLITS_P2)"]
+    for j, ln in enumerate(line for line in program.lines if line.reduce):
+        partials = f"tl.load(part + ({j} * R + row) * SPLITS + s, mask=s < SPLITS, other={_MASKED[str(ln.reduce)]})"
+        body.append(f"{ln.name} = {_COMBINE[str(ln.reduce)]}({partials}, axis=0)")
+    body += [_pointwise(program, ln) for ln in program.lines if ln.kind == "row" and not ln.reduce]
+    body.append(_store(program))
+    args = _args(program)
+    return jit_source("_kf_row_combine", [*args[:-1], "part", "R", "SPLITS", "SPLITS_P2: tl.constexpr"], body)
+
+
 def _kernel(program: Program, name: str, body: list[str]) -> str:
     return jit_source(name, _args(program), body)
 
@@ -157,20 +221,52 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
     call += [f"p{i}.numel() // D" for i, op in enumerate(program.operands) if op.broadcast]
     call += list(program.scalars)
     launch = ", ".join(call)
-    return [
+    head = [
         *operand_prologue(program),
         output_alloc(program),
         f"D = {full}.shape[-1]",
         f"rows = {full}.numel() // D",
         "block_d = triton.next_power_of_2(D)",
+    ]
+    one_row = [
         f"if block_d <= {cap}:",
         f"    _kf_row_resident[(rows,)]({launch}, BLOCK_D=block_d, num_warps=max(1, min({warps}, block_d // 256)))",
         "else:",
         f"    _kf_row_looped[(rows,)]({launch}, BLOCK_D={cap}, num_warps={warps})",
         "return out",
     ]
+    split = []
+    if "split_below" in params:
+        n_reduce = sum(1 for ln in program.lines if ln.reduce)
+        split = [
+            f"if rows < {params['split_below']} and D > {cap}:",
+            f"    splits = min(triton.cdiv(D, {cap}), max(1, {SPLIT_PROGRAMS} // rows))",
+            f"    chunk = triton.cdiv(triton.cdiv(D, splits), {cap}) * {cap}",
+            "    splits = triton.cdiv(D, chunk)",
+            f"    part = torch.empty(({n_reduce}, rows, splits), device={full}.device, dtype=torch.float32)",
+            f"    _kf_row_partial[(rows, splits)]({launch}, part, rows, chunk, splits, BLOCK_D={cap}, num_warps={warps})",
+            f"    _kf_row_combine[(rows,)]({launch}, part, rows, splits, SPLITS_P2=triton.next_power_of_2(splits))",
+            "    return out",
+        ]
+    if "min_tile" not in params:
+        return head + split + one_row
+    tile = params["min_tile"]
+    return head + split + [
+        f"if block_d < {tile}:",
+        f"    per = {tile} // block_d",
+        f"    _kf_rows_resident[(triton.cdiv(rows, per),)]({launch}, rows, ROWS=per, BLOCK_D=block_d, "
+        f"num_warps=max(1, min({warps}, {tile} // 256)))",
+        "    return out",
+        *one_row,
+    ]
 
 
 def render(plan: Plan, params: dict[str, Any]) -> str:
     kernels = [_resident(plan.program), _looped(plan.program)]
+    if "min_tile" in params:
+        kernels.append(_rows(plan.program))
+    if "split_below" in params:
+        if not splittable(plan.program):
+            raise TemplateMismatch("split rows need a row output from first-level sum/max/min reductions")
+        kernels += [_partial(plan.program), _combine(plan.program)]
     return module_source(plan.program, plan.reference, kernels, _forward(plan.program, params))

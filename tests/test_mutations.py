@@ -1,0 +1,61 @@
+"""Mutations: each tool's action moves the parameters it can express, within bounds; the rest say why not."""
+
+from stages.contracts import Action
+from stages.proposers.mutations import apply, explore, why_not
+
+MATMUL = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
+ROWWISE = {"num_warps": 8, "max_block_d": 16384, "min_tile": 4096}
+ELEMENTWISE = {"BLOCK": 1024, "num_warps": 8}
+
+
+def test_occupancy_moves_follow_the_limiter():
+    shared = apply(Action(kind="raise_occupancy", params={"limiter": "shared memory"}), MATMUL)
+    assert shared[0] == {**MATMUL, "num_stages": 2} and {**MATMUL, "BLOCK_K": 8} not in shared  # BLOCK_K 16 is the floor
+    regs = apply(Action(kind="raise_occupancy", params={"limiter": "registers"}), MATMUL)
+    assert regs[0] == {**MATMUL, "num_warps": 16} and {**MATMUL, "BLOCK_N": 32} in regs
+    assert apply(Action(kind="raise_occupancy", params={"limiter": "warps per block"}), ELEMENTWISE) == [
+        {"BLOCK": 1024, "num_warps": 4}]
+
+
+def test_latency_and_parallelism_moves():
+    assert apply(Action(kind="hide_memory_latency"), MATMUL)[0] == {**MATMUL, "num_stages": 4}
+    assert apply(Action(kind="hide_memory_latency"), ROWWISE)[0] == {**ROWWISE, "num_warps": 16}
+    assert apply(Action(kind="more_parallelism"), ROWWISE) == [{**ROWWISE, "min_tile": 2048}]
+    assert apply(Action(kind="reduce_dram_traffic"), ROWWISE)[0] == {**ROWWISE, "max_block_d": 32768}
+    assert apply(Action(kind="increase_ilp"), ELEMENTWISE)[:2] == [{"BLOCK": 2048, "num_warps": 8},
+                                                                    {"BLOCK": 1024, "num_warps": 4}]
+
+
+def test_bounds_hold_and_inexpressible_actions_say_why():
+    top = {"BLOCK": 16384, "num_warps": 16}
+    assert apply(Action(kind="vectorize_access"), top) == [{"BLOCK": 16384, "num_warps": 8}]
+    assert apply(Action(kind="pad_shared_memory"), MATMUL) == []
+    assert "not a template parameter" in why_not(Action(kind="pad_shared_memory"), MATMUL)
+    assert "TF32" in why_not(Action(kind="use_tensor_cores"), {**MATMUL, "BLOCK_K": 128})
+
+
+def test_explore_gives_every_in_bounds_neighbour():
+    around = explore(ELEMENTWISE)
+    assert {"BLOCK": 2048, "num_warps": 8} in around and {"BLOCK": 512, "num_warps": 8} in around
+    assert {"BLOCK": 1024, "num_warps": 16} in around and len(around) == 4
+    assert all(p != ELEMENTWISE for p in around)
+
+
+def test_the_proposer_tries_the_parents_actions_first():
+    from pathlib import Path
+
+    from stages import generate
+    from stages.contracts import GenerateRequest
+    from stages.problem import load_problem
+
+    problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "09_silu.py")
+    parent = generate.run(GenerateRequest(problem=problem, n=1)).candidates[0]
+    plain = generate.run(GenerateRequest(problem=problem, n=1, parent=parent, exclude_ids=[parent.id]))
+    acted = generate.run(GenerateRequest(problem=problem, n=2, parent=parent, exclude_ids=[parent.id],
+                                         actions=[Action(kind="pad_shared_memory"), Action(kind="increase_ilp")]))
+    p = parent.origin.params
+    assert [c.origin.params for c in acted.candidates] == apply(Action(kind="increase_ilp"), p)[:2]
+    assert plain.candidates[0].origin.params != acted.candidates[0].origin.params
+    assert all(c.parent_id == parent.id for c in acted.candidates)
+    assert "pad_shared_memory: the templates' shared-memory layout" in acted.message
+    assert "increase_ilp: 2 parameter sets" in acted.message
