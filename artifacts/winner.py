@@ -78,8 +78,8 @@ def winner(store: Store, run_id: str) -> Winner | None:
     if best_id is None or cand_e is None:
         why = "no candidate was verified and timed"
     else:
-        why = (f"the best candidate {best_id} reached {cand_e:.3f}x eager, "
-               f"{cand_e / speed:.3f}x {BASELINE_NAMES[baseline]}")
+        why = f"the best candidate {best_id} reached {cand_e:.3f}x eager" + (
+            f", {cand_e / speed:.3f}x {BASELINE_NAMES[baseline]}" if baseline != "eager" else "")
     return Winner(id=baseline, is_baseline=True, speedup_vs_eager=speed, speedup_vs_compile=vs_compile,
                   best_candidate_id=best_id, baselines=contenders,
                   text=f"winner: the baseline {BASELINE_NAMES[baseline]} ({speed:.3f}x eager); {why}; "

@@ -137,9 +137,10 @@ def profile_only(args: argparse.Namespace) -> None:
                                 **common) for b in ("eager", "compile")]
         for req in reqs:
             res = run_stage("profile", req)
-            kernels = compiled.kernels if req.candidate is not None and compiled and compiled.status == "ok" else []
+            own = req.candidate is not None and compiled is not None and compiled.status == "ok"
             record = sidecar(Path(args.results), dest.stem, req.contender)
-            captured.dump(record, problem.path, gpu, res, req.candidate, kernels)
+            captured.dump(record, problem.path, gpu, res, req.candidate, compiled.kernels if own else [],
+                          library_calls=compiled.library_calls if own else [])
             out[req.contender] = cell_of(record)
             print(f"{dest.stem} {req.contender}: {json.dumps(out[req.contender])}", flush=True)
         data["profiles"] = out

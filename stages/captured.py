@@ -6,6 +6,7 @@ recalibrated and BENCHMARKS.md's advice columns re-derived (`--rerefine`) withou
 
     {"expected_tool": tool or null, "problem": path relative to the repository (else absolute), "gpu": device name,
      "candidate": Candidate or null (a baseline), "kernels": [KernelBinary: ptxas and SASS statistics],
+     "library_calls": [the cuBLAS/cuDNN ops the candidate calls (CompileResult.library_calls); absent: none],
      "profile": ProfileResult with its blob references dropped (the .ncu-rep stays in the run's store)}
 """
 
@@ -23,12 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def dump(path: Path, problem_path: Path, gpu: str | None, profile: ProfileResult, candidate: Candidate | None = None,
-         kernels: list[KernelBinary] | None = None, expected_tool: str | None = None) -> None:
+         kernels: list[KernelBinary] | None = None, expected_tool: str | None = None,
+         library_calls: list[str] | None = None) -> None:
     problem = Path(problem_path).resolve()
     record = {"expected_tool": expected_tool,
               "problem": str(problem.relative_to(ROOT) if problem.is_relative_to(ROOT) else problem),
               "gpu": gpu, "candidate": candidate.model_dump(mode="json") if candidate else None,
-              "kernels": [k.model_dump(mode="json") for k in kernels or []],
+              "kernels": [k.model_dump(mode="json") for k in kernels or []], "library_calls": library_calls or [],
               "profile": profile.model_copy(update={"blobs": {}}).model_dump(mode="json")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
@@ -42,4 +44,5 @@ def load(path: Path) -> tuple[dict, Evidence]:
     if record["candidate"] is not None and Candidate.model_validate(record["candidate"]).id != profile.candidate_id:
         raise ValueError(f"{path}: the candidate's id is not the profiled one ({profile.candidate_id})")
     ev = evidence(problem, None, profile, record["gpu"])
-    return record, ev.model_copy(update={"binaries": [KernelBinary.model_validate(k) for k in record["kernels"]]})
+    return record, ev.model_copy(update={"binaries": [KernelBinary.model_validate(k) for k in record["kernels"]],
+                                         "library_calls": record.get("library_calls", [])})

@@ -169,6 +169,8 @@ class CompileResult(StageResult):
     )
     toolchain: dict[str, str] = Field(default_factory=dict, description="tool -> version (nvcc, triton, torch)")
     kernels: list[KernelBinary] = Field(default_factory=list, description="kernels found and their resources")
+    library_calls: list[str] = Field(default_factory=list, description="cuBLAS/cuDNN ops (e.g. aten.mm) the "
+                                     "captured forward called: work whose kernels are not among `kernels`")
 
 
 class VerifyRequest(StageRequest):

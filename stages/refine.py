@@ -57,6 +57,7 @@ def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileR
                     time_us=profile.time_us,
                     sol_floor_us=profile.sol_floor_us, work=count_work(problem, workload) if workload else None,
                     profile=profile, binaries=compiled.kernels if compiled else [],
+                    library_calls=compiled.library_calls if compiled else [],
                     peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for
                     launches_per_call=sum(k.invocations for k in profile.kernels) if profile.kernels else None)
 

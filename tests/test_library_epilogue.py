@@ -126,6 +126,7 @@ def test_candidate_compiles_for_sm90_and_verifies_on_cpu(stem: str, tmp_path: Pa
                                                 candidate=cand, problem=problem))
     assert (compiled.status, compiled.mode) == ("ok", "ahead_of_time"), compiled.message
     assert [k.name.split(".")[0] for k in compiled.kernels] == ["_kf_epilogue"] and compiled.kernels[0].registers > 0
+    assert compiled.library_calls and set(compiled.library_calls) <= {"aten.mm", "aten.addmm", "aten.convolution"}
     verified(problem, cand, tmp_path)
 
 

@@ -160,3 +160,15 @@ def test_no_binary_no_coalescing_verdict():
     assert TOOLS["uncoalesced_access"].check(ev) == []
     assert TOOLS["uncoalesced_access"].check(evidence({"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 16e6},
                                                       sass=narrow()))  # 32-bit loads in SASS: 4x the ideal
+
+
+def test_a_library_product_is_not_blamed_on_the_candidates_own_sass():
+    """library_epilogue: the product runs in cuBLAS, the only SASS held is the epilogue's (no HMMA)."""
+    no_mma = HEALTHY_SASS.model_copy(update={"wgmma_instructions": 0, "tensor_core_instructions": 0})
+    tool = TOOLS["tensor_cores_unused"]
+    for profiled in (True, False):  # with counters (the pipe metric of the library kernel) and without
+        ev = evidence(work=work(matmul_share=0.99), bound="compute", sass=no_mma, profiled=profiled)
+        assert len(tool.check(ev)) == 1  # its own kernels alone: the product is on CUDA cores
+        library = ev.model_copy(update={"library_calls": ["aten.mm"]})
+        idle_pipe = tool.check(library)
+        assert idle_pipe == [] if not profiled else "tensor pipe" in idle_pipe[0].diagnosis

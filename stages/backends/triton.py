@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,6 +29,7 @@ from stages.backends import import_candidate, result
 from stages.contracts import CompileRequest, CompileResult, Problem, Workload
 from stages.errors import CandidateFault, InfrastructureError
 from stages.harvest import harvest_triton, triton_kernels
+from stages.library_policy import Census, op_class
 from stages.problem import import_file, workload_call
 
 
@@ -91,8 +93,10 @@ def _intercept_launches(errors: list[str]) -> None:
     Autotuner.run = every_config
 
 
-def _forward_once(cls: type, problem: Problem, workdir: str, kernels: dict[str, Any]) -> str:
-    """Run ModelNew once (launches compile only); returns which workload and device it used."""
+def _forward_once(cls: type, problem: Problem, workdir: str, kernels: dict[str, Any], calls: Counter[str]) -> str:
+    """Run ModelNew once (launches compile only); returns which workload and device it used. `calls` receives the
+    torch ops the forward dispatched (stages/library_policy.py's census): the vendor-library ones do work whose
+    kernels are not the candidate's own."""
     path = Path(workdir) / f"kf_problem_{problem.id}.py"
     path.write_text(problem.source)
     pmod = import_file(path, "kf_problem_" + re.sub(r"\W", "_", problem.id))
@@ -106,7 +110,10 @@ def _forward_once(cls: type, problem: Problem, workdir: str, kernels: dict[str, 
             init = workload_call(pmod, w, "get_init_inputs", problem.path)
             inputs = workload_call(pmod, w, "get_inputs", problem.path, meta=device == "meta")
             with torch.no_grad(), torch.device(device):
-                cls(*init)(*inputs)
+                model = cls(*init)
+                with Census() as census:
+                    model(*inputs)
+            calls.update(census.counts)
             return f"{w.name} {w.params} on {device} tensors"
         except Exception as e:
             if _is_compile_fault(e):
@@ -129,10 +136,11 @@ def compile(req: CompileRequest) -> CompileResult:
         return result(req, mode="on_gpu_worker", message=f"imports; kernels found: {names}. No problem given, "
                       "so no launch arguments: binaries are produced at first launch on the GPU worker")
     errors: list[str] = []
+    calls: Counter[str] = Counter()
     _intercept_launches(errors)
     reason = ""
     try:
-        where = _forward_once(module.ModelNew, req.problem, req.workdir, kernels)
+        where = _forward_once(module.ModelNew, req.problem, req.workdir, kernels, calls)
     except CaptureFailed as e:
         where = None
         reason = f"forward could not run here ({e})"
@@ -149,5 +157,6 @@ def compile(req: CompileRequest) -> CompileResult:
     unlaunched = sorted(set(kernels) - {r.name.split(".")[0] for r in rows})
     note = f"; not launched (helpers or other paths): {', '.join(unlaunched)}" if unlaunched else ""
     return result(req, mode="ahead_of_time", kernels=rows, blobs=blobs,
+                  library_calls=sorted(op for op in calls if op_class(op) == "vendor"),
                   message=f"compiled for {req.arch} from launches captured at {where}: "
                           f"{', '.join(r.name for r in rows)}{note}")

@@ -42,6 +42,8 @@ class Evidence(Contract):
     work: Work | None = Field(default=None, description="counted work of the workload (stages/roofline.py)")
     profile: ProfileResult | None = Field(default=None, description="the profile stage's result; None: not profiled")
     binaries: list[KernelBinary] = Field(default_factory=list, description="ptxas resources and SASS stats per kernel")
+    library_calls: list[str] = Field(default_factory=list, description="vendor-library ops the candidate calls: "
+                                     "their kernels are not among `binaries` (CompileResult.library_calls)")
     peaks: Peaks | None = Field(default=None, description="ceilings of the GPU; None: unknown GPU or CPU")
     launches_per_call: int | None = Field(default=None, description="kernels launched per forward, from the profile")
 

@@ -3,7 +3,9 @@
 Trigger: matmul/conv FLOPs are at least MATMUL_DOMINANT of the counted FLOPs, the problem may use tensor cores
 (bf16/fp16, or fp32 with TF32 allowed: work.tensor_core_eligible), and no kernel shows tensor-core use: no
 HMMA/HGMMA/... in any binary's SASS, and no profiled kernel's tensor pipe above TENSOR_PIPE_MIN_PCT. SASS decides
-when present; the hmma pipe metric alone may miss Hopper wgmma, so it only speaks when no SASS is known.
+when present; the hmma pipe metric alone may miss Hopper wgmma, so it only speaks when no SASS is known. A
+candidate that calls cuBLAS/cuDNN (Evidence.library_calls) has the product outside its own binaries: its SASS
+says nothing about the product, so only the profiled pipes can speak.
 Severity: matmul share of the FLOPs x (1 - fp32 peak / tensor peak of the dtype), or x DEFAULT_GAIN without peaks.
 """
 
@@ -24,7 +26,7 @@ def check(ev: Evidence) -> list[Finding]:
     w = ev.work
     if w is None or not w.tensor_core_eligible or w.flops <= 0 or w.matmul_flops < MATMUL_DOMINANT * w.flops:
         return []
-    stats = [s for b in ev.binaries if (s := sass_of(b)) is not None]
+    stats = [s for b in ev.binaries if (s := sass_of(b)) is not None] if not ev.library_calls else []
     pipes = [p for k in kernels(ev) if (p := metric(k, _PIPE)) is not None]
     if any(s.tensor_core_instructions for s in stats) or any(p > TENSOR_PIPE_MIN_PCT for p in pipes):
         return []
