@@ -17,8 +17,9 @@ import pandas as pd
 from pydantic import BaseModel
 
 from artifacts.store import Store
+from stages.instantiate import BASELINE_LABELS
 
-BASELINE_NAMES = {"eager": "eager PyTorch", "compile": "torch.compile"}
+BASELINE_NAMES = BASELINE_LABELS  # compile_max is timed only on request (bench_gpu --max-autotune), never a seed
 
 
 class Winner(BaseModel):

@@ -11,6 +11,10 @@ then the candidate, eager and torch.compile are each profiled (stages/profile.py
 Compute counters) and refined, one at a time, in stage processes. Each profile is also kept as a small JSON file
 (bench/profiles/<problem>.<contender>.json, stages/captured.py) so that `--rerefine` re-derives the cells with
 the current tools, offline.
+
+`--max-autotune` times the best candidate beside eager, torch.compile and torch.compile(mode="max-autotune") in
+one benchmark process per problem (max-autotune's compilation and autotuning take minutes, so it is opt-in and
+bounded by --autotune-timeout; a timeout or failure is recorded, not dropped).
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from artifacts.store import Store  # noqa: E402
+
+if TYPE_CHECKING:
+    from stages.contracts import Candidate, Problem
 
 
 def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict:
@@ -102,11 +110,9 @@ def profile_only(args: argparse.Namespace) -> None:
     import torch
 
     from stages import captured
-    from stages.contracts import Candidate, CompileRequest, Origin, ProfileRequest
+    from stages.contracts import CompileRequest, ProfileRequest
     from stages.executor import run_stage
-    from stages.problem import import_problem, load_problem
-    from stages.templates import TEMPLATES
-    from stages.templates.lowering import trace
+    from stages.problem import load_problem
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None  # None: a CPU dry run
     work = Path(args.store) / "profile-only"
@@ -123,12 +129,7 @@ def profile_only(args: argparse.Namespace) -> None:
         workload = problem.gpu_workloads[0].name
         common = dict(blob_dir=str(work / "blobs"), timeout_s=300.0)
         reqs, compiled, out = [], None, {}
-        if data.get("best_origin"):
-            family, params = data["best_origin"][0], json.loads(data["best_origin"][1])
-            template = TEMPLATES[family]
-            source = template.render(template.match(problem, trace(problem, import_problem(problem.path))), params)
-            cand = Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer=family, params=params))
-            data["rebuilt_candidate_id"] = cand.id  # equal to data["best"] unless the template changed since
+        if (cand := rebuild(problem, data)) is not None:
             compiled = run_stage("compile", CompileRequest(candidate=cand, problem=problem,
                                                            workdir=str(work / dest.stem / "compile"), **common))
             reqs.append(ProfileRequest(problem=problem, candidate=cand, workdir=str(work / dest.stem / "candidate"),
@@ -146,6 +147,72 @@ def profile_only(args: argparse.Namespace) -> None:
         data["profiles"] = out
         data["profile_wall_s"] = round(time.monotonic() - started, 1)
         dest.write_text(json.dumps(data, indent=1, default=str))  # on the GPU machine: tar bench/ into $OUT
+
+
+def rebuild(problem: Problem, data: dict) -> Candidate | None:
+    """The benchmarked best candidate, rendered again from its family and parameters (None without one); its id
+    is recorded as rebuilt_candidate_id, equal to data["best"] unless the template changed since."""
+    from stages.contracts import Candidate, Origin
+    from stages.problem import import_problem
+    from stages.templates import TEMPLATES
+    from stages.templates.lowering import trace
+
+    if not data.get("best_origin"):
+        return None
+    family, params = data["best_origin"][0], json.loads(data["best_origin"][1])
+    template = TEMPLATES[family]
+    source = template.render(template.match(problem, trace(problem, import_problem(problem.path))), params)
+    cand = Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer=family, params=params))
+    data["rebuilt_candidate_id"] = cand.id
+    return cand
+
+
+def max_autotune(args: argparse.Namespace) -> None:
+    """The best candidate beside eager, torch.compile and torch.compile(mode="max-autotune") in one benchmark
+    process, for results that lack it; max-autotune's compile and autotuning count against --autotune-timeout."""
+    from stages.contracts import BenchmarkRequest
+    from stages.executor import run_stage
+    from stages.problem import load_problem
+
+    work = Path(args.store) / "max-autotune"
+    deadline = time.monotonic() + args.max_minutes * 60
+    for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
+        data = json.loads(dest.read_text())
+        if args.skip_done and data.get("max_autotune"):
+            continue
+        if time.monotonic() > deadline:
+            print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
+            break
+        problem = load_problem(ROOT / "problems" / f"{dest.stem}.py")
+        req = BenchmarkRequest(problem=problem, candidate=rebuild(problem, data), device="cuda", sizes="gpu",
+                               baselines=["eager", "compile", "compile_max"], workdir=str(work / dest.stem),
+                               blob_dir=str(work / "blobs"), timeout_s=args.autotune_timeout)
+        res = run_stage("benchmark", req)
+        why = res.message if len(res.message) <= 500 else f"{res.message[:150]} ... {res.message[-350:]}"
+        cell: dict = {"status": res.status, "message": why, "wall_s": round(res.duration_s or 0, 1),
+                      "workloads": {}}
+        for t in res.timings:
+            cell["workloads"].setdefault(t.workload, {})[t.contender] = [t.median_us, t.ci_low_us, t.ci_high_us]
+        data["max_autotune"] = cell
+        dest.write_text(json.dumps(data, indent=1, default=str))
+        print(f"{dest.stem} max-autotune: {res.status} {res.message[:120]}", flush=True)
+
+
+def render_max_autotune(rows: list[dict]) -> str:
+    """Per problem and workload, the max-autotune call's medians (one process: eager, both compile modes, best)."""
+    lines = ["| problem | workload | eager us | torch.compile us | max-autotune us | best candidate us | "
+             "x max-autotune | note |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        cell = r.get("max_autotune")
+        if not cell:
+            continue
+        if not cell["workloads"]:
+            lines.append(f"| {r['problem']} | - | - | - | - | - | - | {cell['status']}: {cell['message'][:100]} |")
+        for i, (w, t) in enumerate(sorted(cell["workloads"].items())):
+            lines.append(f"| {r['problem'] if i == 0 else ''} | {w} | {fmt(t.get('eager'))} | {fmt(t.get('compile'))} | "
+                         f"{fmt(t.get('compile_max'))} | {fmt(t.get('candidate'))} | {ratio(t, 'compile_max')} | "
+                         f"{'' if i else cell['status']} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def sidecar(results: Path, problem: str, contender: str) -> Path:
@@ -245,7 +312,9 @@ def render(results: Path) -> str:
                          f"{tried} |")
         if not r["workloads"]:
             lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | {r['stop_reason'][:80]} | 0/0 |")
-    return "\n".join(lines) + "\n\n" + render_results(rows) + "\n\n" + render_profiles(rows)
+    tuned = render_max_autotune(rows)
+    return "\n".join(lines) + "\n\n" + render_results(rows) + "\n\n" + render_profiles(rows) + (
+        "\n\n" + tuned if tuned else "")
 
 
 def is_fusion(problem_id: str) -> bool:
@@ -336,6 +405,11 @@ if __name__ == "__main__":
     ap.add_argument("--render", action="store_true", help="print the BENCHMARKS.md tables from bench/results")
     ap.add_argument("--profile-only", action="store_true", help="profile the best candidate and the baselines of "
                     "results that lack profiles (with --skip-done) or of all selected results; no search")
+    ap.add_argument("--max-autotune", action="store_true", help="time the best candidate beside eager, "
+                    "torch.compile and torch.compile(mode='max-autotune') in one process (with --skip-done: only "
+                    "results that lack it); no search")
+    ap.add_argument("--autotune-timeout", type=float, default=480.0, help="seconds for that call, max-autotune's "
+                    "compilation included; past it the problem records the timeout")
     ap.add_argument("--rerefine", action="store_true", help="re-derive the profile cells from bench/profiles/ with "
                     "the current tools (no GPU)")
     a = ap.parse_args()
@@ -343,6 +417,8 @@ if __name__ == "__main__":
         print(render(Path(a.results)))
     elif a.profile_only:
         profile_only(a)
+    elif a.max_autotune:
+        max_autotune(a)
     elif a.rerefine:
         rerefine(a)
     else:

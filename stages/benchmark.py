@@ -21,7 +21,7 @@ from stages.compare import judge
 from stages.contracts import BenchmarkRequest, BenchmarkResult, FailureKind, Provenance, Timing, Workload
 from stages.errors import CandidateFault
 from stages.inputs import draw, nbytes, trial_seed, upcast
-from stages.instantiate import build, classify, guarded, set_precision
+from stages.instantiate import baseline, build, classify, guarded, set_precision
 from stages.problem import geomean, import_problem
 from stages.provenance import collect
 from stages.timing import Timer, median_ci, rel_width
@@ -46,8 +46,9 @@ def _input_sets(module: Any, w: Workload, req: BenchmarkRequest, timer: Timer) -
 
 def _contenders(req: BenchmarkRequest, ref: torch.nn.Module, new: torch.nn.Module | None) -> dict[str, Any]:
     out: dict[str, Any] = {"eager": ref}
-    if "compile" in req.baselines:
-        out["compile"] = torch.compile(copy.deepcopy(ref))
+    for name in req.baselines:
+        if name != "eager":
+            out[name] = baseline(name, copy.deepcopy(ref))
     if new is not None:
         out["candidate"] = new
     return out

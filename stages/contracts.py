@@ -19,8 +19,9 @@ def sha256_text(text: str) -> str:
 Backend = Literal["triton", "cuda", "torch"]
 Device = Literal["cuda", "cpu"]
 SizeSet = Literal["gpu", "cpu"]
-Baseline = Literal["eager", "compile"]
-Contender = Literal["candidate", "eager", "compile"]  # what a timing or profile row measured
+# compile: torch.compile's default mode; compile_max: mode="max-autotune" (opt-in: its autotuning takes minutes)
+Baseline = Literal["eager", "compile", "compile_max"]
+Contender = Literal["candidate", "eager", "compile", "compile_max"]  # what a timing or profile row measured
 FailureKind = Literal[
     "compile_error",  # the toolchain rejected the source
     "import_error",  # the module failed to import or defines no ModelNew

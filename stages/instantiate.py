@@ -39,6 +39,16 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Any:
         raise classify(e) from e
 
 
+BASELINE_LABELS = {"eager": "eager PyTorch", "compile": "torch.compile", "compile_max": "torch.compile (max-autotune)"}
+
+
+def baseline(name: str, ref: torch.nn.Module) -> Any:
+    """The reference as the user runs it: eager, or under torch.compile (default mode, or max-autotune)."""
+    if name == "eager":
+        return ref
+    return torch.compile(ref, mode="max-autotune") if name == "compile_max" else torch.compile(ref)
+
+
 def set_precision(policy: Policy) -> None:
     """The same math settings for reference, baselines and candidate: no TF32 unless the policy allows it."""
     torch.backends.cuda.matmul.allow_tf32 = policy.allow_tf32

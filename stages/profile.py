@@ -45,7 +45,7 @@ from stages.contracts import FailureKind, Problem, ProfileRequest, ProfileResult
 from stages.energy import j_per_call
 from stages.errors import CandidateFault, ProblemError
 from stages.inputs import draw, trial_seed
-from stages.instantiate import build, classify, guarded, set_precision
+from stages.instantiate import baseline, build, classify, guarded, set_precision
 from stages.ncu import collect_counters
 from stages.peaks import peaks_for
 from stages.problem import import_problem
@@ -91,7 +91,7 @@ def instance(req: ProfileRequest, w: Workload, device: str) -> tuple[Any, list[A
     if req.contender == "candidate":
         assert new is not None
         return new, inputs
-    return (ref if req.contender == "eager" else torch.compile(ref)), inputs
+    return baseline(req.contender, ref), inputs
 
 
 def _measure(req: ProfileRequest, w: Workload) -> tuple[float, float | None, str]:

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from stages.classify import classify
 from stages.contracts import CompileResult, Contract, Feedback, Finding, Problem, ProfileResult
+from stages.instantiate import BASELINE_LABELS
 from stages.peaks import peaks_for
 from stages.profile import TARGET_GPU
 from stages.roofline import count_work
@@ -32,8 +33,7 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
     """The findings as prompt-ready plain text."""
     lines = [f"Bottleneck class: {ev.bound or 'unknown'}" + (f" (decided by {source})." if source else ".")]
     if ev.contender != "candidate":
-        mode = "torch.compile" if ev.contender == "compile" else "eager"
-        lines.insert(0, f"Baseline: the reference under {mode}.")
+        lines.insert(0, f"Baseline: the reference as {BASELINE_LABELS[ev.contender]}.")
     if ev.time_us is not None and ev.sol_floor_us:
         lines.append(f"Time {ev.time_us:.1f} us against a speed-of-light floor of {ev.sol_floor_us:.1f} us "
                      f"({ev.sol_floor_us / ev.time_us:.0%} of speed of light).")

@@ -28,3 +28,32 @@ def test_profile_only_then_rerefine_then_render(tmp_path: Path):
     bench.rerefine(args)
     assert set(json.loads((results / "09_silu.json").read_text())["profiles"]) == {"candidate", "eager", "compile"}
     assert "| torch.compile | memory | none |" in bench.render(results)
+
+
+def test_max_autotune_records_what_happened_and_renders(tmp_path: Path):
+    bench = bench_script()
+    results = tmp_path / "results"
+    results.mkdir()
+    shutil.copy(ROOT / "bench" / "results" / "09_silu.json", results)
+    args = argparse.Namespace(results=str(results), store=str(tmp_path / "store"), only="09", skip_done=False,
+                              max_minutes=5.0, autotune_timeout=120.0)
+    bench.max_autotune(args)  # no GPU here: the call fails, and says so, instead of vanishing
+    cell = json.loads((results / "09_silu.json").read_text())["max_autotune"]
+    assert cell["status"] == "failed" and cell["message"] and cell["workloads"] == {}
+    row = {"problem": "09_silu", "max_autotune": {"status": "ok", "message": "", "wall_s": 1.0, "workloads": {
+        "gpu0": {"eager": [10.0, 9.0, 11.0], "compile": [6.0, 5.0, 7.0], "compile_max": [5.0, 4.0, 6.0],
+                 "candidate": [4.0, 3.0, 5.0]}}}}
+    assert "| 09_silu | gpu0 | 10.0 [9.0, 11.0] | 6.0 [5.0, 7.0] | 5.0 [4.0, 6.0] | 4.0 [3.0, 5.0] | 1.25 | ok |" in \
+        bench.render_max_autotune([row])
+
+
+def test_max_autotune_is_torch_compiles_own_mode(monkeypatch):
+    import torch
+
+    from stages.instantiate import baseline
+
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: modes.append(mode) or model)
+    ref = torch.nn.Identity()
+    assert baseline("eager", ref) is ref and baseline("compile", ref) is ref and baseline("compile_max", ref) is ref
+    assert modes == [None, "max-autotune"]

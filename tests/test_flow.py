@@ -38,7 +38,7 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
     assert set(feedback.bound) == {"memory"} and "Bottleneck class: memory" in feedback.text.iloc[0]
     eager = profiles[profiles.contender == "eager"]  # the baselines (on CPU: eager only), profiled once per run
     assert list(eager.candidate_id) == ["eager"] and (profiles.contender == "candidate").any()
-    assert "Baseline: the reference under eager" in feedback[feedback.contender == "eager"].text.iloc[0]
+    assert "Baseline: the reference as eager PyTorch" in feedback[feedback.contender == "eager"].text.iloc[0]
     bench = bench_script()  # what `make bench-gpu` reports of a run's profiles
     cells = bench.profiles_of(Store(str(tmp_path)), summary["run_id"], summary["best_candidate_id"])
     assert set(cells) == {"candidate", "eager"} and cells["eager"]["bound"] == "memory"
