@@ -36,8 +36,10 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# Resumable: each problem's result lands in bench/results/ as it finishes; a rerun skips the finished ones.
+BENCH_ARGS ?= --skip-done
 bench-gpu: install
-	$(BIN)/python scripts/bench_gpu.py
+	$(BIN)/python scripts/bench_gpu.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .kernelflow .pytest_cache .mypy_cache .ruff_cache
