@@ -86,7 +86,8 @@ class Run:
             best_speedup_vs_eager=self.best[0] if self.best else None,
             best_speedup_vs_compile=self.vs_compile.get(self.best[1].id) if self.best else None,
             winner=won.id if won else None, winner_speedup_vs_eager=won.speedup_vs_eager if won else None,
-            winner_note=won.text if won else ""))
+            winner_note=(won.text + (" (on CPU times, which say nothing about GPU speed)" if self.device == "cpu"
+                                      else "")) if won else ""))
         self.store.append("runs", self.id, [self.record])
 
 
