@@ -119,8 +119,8 @@ def test_flow_publishes_leaderboard_artifact(prefect_harness, tmp_path: Path):
 def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_harness, tmp_path: Path):
     from flows.optimize import main as optimize
 
-    scan = ROOT / "tests" / "fixtures" / "problems" / "cumsum.py"  # no family renders a scan
-    summary = optimize(str(scan), budget=2, store=str(tmp_path), device="cpu")
+    sort = ROOT / "tests" / "fixtures" / "problems" / "sort.py"  # no family renders a sort
+    summary = optimize(str(sort), budget=2, store=str(tmp_path), device="cpu")
     assert summary["best_candidate_id"] is None and "nothing more to propose" in summary["stop_reason"]
     assert summary["winner"] == "eager" and "no candidate was verified" in summary["winner_note"]
     base = pd.read_parquet(tmp_path / "tables" / "baselines")

@@ -20,7 +20,8 @@ PROBLEMS = sorted(Path(__file__).resolve().parents[1].glob("problems/*.py"))
 COVERED = {"01_softmax", "02_log_softmax", "03_layernorm", "04_rmsnorm", "05_gelu_tanh", "06_row_mean", "07_row_max",
            "08_matmul_fp32", "09_silu", "10_matmul_bf16", "11_linear_bias_gelu", "12_matmul_scale_residual",
            "13_conv2d_bias_relu_scale", "14_residual_layernorm", "15_add_rmsnorm", "16_swiglu_bf16",
-           "17_elementwise_chain", "18_scaled_bias_softmax"}
+           "17_elementwise_chain", "18_scaled_bias_softmax", "19_cumsum", "20_mse_loss",
+           "21_cross_entropy", "22_attention_bf16"}
 
 
 def assert_matches(candidate: Candidate, path: Path, workdir: Path) -> None:
@@ -105,9 +106,10 @@ def test_split_rows_only_where_partials_combine() -> None:
 
 
 def test_unmatched_problem_gets_no_candidate_and_every_familys_reason() -> None:
-    scan = Path(__file__).parent / "fixtures" / "problems" / "cumsum.py"
-    result = generate.run(GenerateRequest(problem=load_problem(scan), n=4))
-    assert result.candidates == [] and "rowwise: unsupported op 'cumsum'" in result.message
+    sort = Path(__file__).parent / "fixtures" / "problems" / "sort.py"
+    result = generate.run(GenerateRequest(problem=load_problem(sort), n=4))
+    assert result.candidates == [] and "rowwise: unsupported op 'sort'" in result.message
+    assert "scan: unsupported op 'sort'" in result.message
     assert "matmul: no matmul" in result.message and "library_epilogue: no matmul" in result.message
 
 

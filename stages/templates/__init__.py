@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from stages.templates import elementwise, library_epilogue, matmul, rowwise
+from stages.templates import attention, elementwise, library_epilogue, loss, matmul, rowwise, scan
 
 TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise,
-                                    "library_epilogue": library_epilogue, "matmul": matmul}
+                                    "library_epilogue": library_epilogue, "matmul": matmul,
+                                    "scan": scan, "loss": loss, "attention": attention}

@@ -3,7 +3,8 @@
 The graph is traced once at the problem's first workload on the meta device (no data, any size). Library
 ops (softmax, log_softmax, layer_norm, rms_norm and their nn modules) expand into pointwise lines and
 reductions over the last dim; anything else (matmul, conv, reshapes, reductions over other dims) is a
-TemplateMismatch with the op named.
+TemplateMismatch with the op named. Inclusive scans along the last dim (cumsum, cumprod, cummax/cummin values)
+become scan lines only when the caller asks (lower(traced, scans=True): the scan family); else they are named.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from torch.fx.passes.shape_prop import ShapeProp
 from stages.contracts import Problem
 from stages.problem import workload_call
 from stages.templates.pointwise import OPS
-from stages.templates.program import Kind, Line, Operand, Program, Reduction, TemplateMismatch, Value
+from stages.templates.program import Kind, Line, Operand, Program, Reduction, Scan, TemplateMismatch, Value
 from stages.templates.source import reference_source
 
 _TORCH_MODULES = ("torch", "_operator", "builtins")
 _FLOAT32_EPS = torch.finfo(torch.float32).eps  # rms_norm's eps when none is given
 _REDUCTIONS: dict[str, Reduction] = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min", "argmax": "argmax"}
+_SCANS: dict[str, Scan] = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,8 @@ def trace(problem: Problem, module: ModuleType) -> Traced:
     return Traced(graph, model, reference_source(problem.source))
 
 
-def lower(traced: Traced) -> Program:
-    return Lowering(traced.graph, traced.model).run()
+def lower(traced: Traced, scans: bool = False) -> Program:
+    return Lowering(traced.graph, traced.model, scans).run()
 
 
 def node_shape(node: torch.fx.Node) -> tuple[int, ...]:
@@ -88,8 +90,9 @@ def op_name(node: torch.fx.Node) -> str:
 class Lowering:
     """Walks the graph in order, appending lines; one instance per lowering."""
 
-    def __init__(self, graph: torch.fx.GraphModule, model: nn.Module):
+    def __init__(self, graph: torch.fx.GraphModule, model: nn.Module, scans: bool = False):
         self.graph = graph
+        self.scans = scans  # lower cumsum & co. to scan lines (else they are a mismatch)
         self.lines: list[Line] = []
         self.values: dict[torch.fx.Node, Any] = {}
         self.operands: list[Operand] = []
@@ -163,13 +166,13 @@ class Lowering:
         self.operands.append(Operand(expr=expr, broadcast=broadcast))
         return self.emit("elem", load=len(self.operands) - 1)
 
-    def last_dim(self, node: torch.fx.Node, source: Any, dim: Any) -> None:
+    def last_dim(self, node: torch.fx.Node, source: Any, dim: Any, verb: str = "reduces") -> None:
         rank = len(self.full)
         dims = dim if isinstance(dim, (list, tuple)) else [dim]
         if len(dims) != 1 or not isinstance(dims[0], int) or dims[0] % rank != rank - 1:
-            raise TemplateMismatch(f"{node.name} reduces over dim {dim}, not the last dim")
+            raise TemplateMismatch(f"{node.name} {verb} over dim {dim}, not the last dim")
         if not isinstance(source, torch.fx.Node) or node_shape(source) != self.full:
-            raise TemplateMismatch(f"{node.name} reduces a tensor that is not of the full shape {list(self.full)}")
+            raise TemplateMismatch(f"{node.name} {verb} a tensor that is not of the full shape {list(self.full)}")
 
     def check_row_broadcast(self, node: torch.fx.Node) -> None:
         """A reduced value meets full-shape values only with its reduced dim kept (torch broadcasts it so)."""
@@ -194,6 +197,8 @@ class Lowering:
             return self._pointwise_op(name, args, kwargs)
         if name in _REDUCTIONS or name in ("max", "min"):
             return self._reduction(node, name, args, kwargs)
+        if name in _SCANS:
+            return self._scan(node, name, args, kwargs)
         if name in ("getitem", "getattr"):
             return self._select(node, args)
         library = {"softmax": self._softmax, "log_softmax": self._log_softmax,
@@ -234,11 +239,32 @@ class Lowering:
         total = self.reduce(_REDUCTIONS[name], x)
         return self.pointwise(f"{total.text} / D", total) if name == "mean" else total
 
+    def _scan(self, node: torch.fx.Node, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if not self.scans:
+            raise TemplateMismatch(f"{name} is a scan along the row, neither pointwise nor a reduction "
+                                   "(the scan family's job)")
+        if kwargs.pop("dtype", None) is not None:
+            raise TemplateMismatch(f"{name} with a dtype argument")
+        bound = self._bind(("input", "dim"), args, kwargs, name)
+        self.last_dim(node, bound["input"], bound.get("dim"), "scans")
+        if not bound["input"].meta["tensor_meta"].dtype.is_floating_point:
+            raise TemplateMismatch(f"{name} of a non-floating tensor (the kernel scans in float32)")
+        x = self.value(bound["input"])
+        if x.kind != "elem":
+            raise TemplateMismatch(f"{name} of a reduced value")
+        if name in ("cummax", "cummin"):
+            return (name, x)  # a (values, indices) pair, resolved by getitem
+        return self.emit("elem", (x,), scan=_SCANS[name])
+
     def _select(self, node: torch.fx.Node, args: list[Any]) -> Value:
         pair = self.values.get(args[0]) if isinstance(args[0], torch.fx.Node) else None
         if not isinstance(pair, tuple):
             raise TemplateMismatch(f"unsupported indexing {node.format_node()}")
         how, x = pair
+        if how in _SCANS:
+            if args[1] in (0, "values"):
+                return self.emit("elem", (x,), scan=_SCANS[how])
+            raise TemplateMismatch(f"{how} {args[1]!r}: only the values of a running max/min are rendered")
         if args[1] in (0, "values"):
             return self.reduce(how, x)
         if args[1] in (1, "indices") and how == "max":

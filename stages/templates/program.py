@@ -13,6 +13,7 @@ from stages.errors import KernelflowError
 
 Kind = Literal["elem", "row", "scalar"]
 Reduction = Literal["sum", "max", "min", "argmax"]
+Scan = Literal["sum", "prod", "max", "min"]
 
 
 class TemplateMismatch(KernelflowError):
@@ -39,6 +40,7 @@ class Line:
     expr: str = ""  # pointwise: the Triton expression
     load: int | None = None  # load: index of the operand
     reduce: Reduction | None = None  # reduction of deps[0] over the row
+    scan: Scan | None = None  # inclusive scan of deps[0] along the row (an elem value; only lower(scans=True))
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class Program:
     @property
     def reduces(self) -> bool:
         return any(line.reduce for line in self.lines)
+
+    @property
+    def scans(self) -> bool:
+        return any(line.scan for line in self.lines)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,357 @@
+"""Family `loss`: a whole tensor reduced to one scalar, in two deterministic stages (no atomics).
+
+Two shapes of problem:
+- `whole`: sums and means of a whole tensor (torch.sum(x), x.mean(), no dim) of a pointwise DAG, and the
+  pointwise losses F.mse_loss, l1_loss, smooth_l1_loss, huber_loss and their nn modules (reduction 'mean' or
+  'sum', input and target of one shape). Stage 1 (`_kf_loss_partial`): `programs` programs stride over the
+  flattened tensor in BLOCK chunks (whole chunks unmasked, so an odd n keeps vector loads; the ragged last chunk
+  masked), each summing its chunks per lane in fp32 and storing one partial per
+  reduction into a float32 buffer. Stage 2 (`_kf_loss_combine`): one program sums the partials in a fixed
+  order, applies what follows the sums (/ n for a mean) and stores the 0-dim output.
+- `cross_entropy`: F.cross_entropy / nn.CrossEntropyLoss of forward's logits [N, C] and int64 class targets [N]
+  (reduction 'mean' or 'sum'; ignore_index honoured: an ignored row adds nothing and is not counted; no weight,
+  no label smoothing). Stage 1 (`_kf_ce_partial`): each program takes ROWS rows at a time (a [ROWS, BLOCK_C]
+  tile; ROWS = max(1, max_block_c // BLOCK_C), so narrow rows share a program), walks the classes in BLOCK_C
+  chunks with an online logsumexp in fp32 (running row max, per-lane sums rescaled when it grows: one pass over
+  the logits, one exp per logit), subtracts the target's logit, and stores its rows' loss sum and count.
+  Stage 2 (`_kf_ce_combine`): sum of losses / sum of counts (the mean over non-ignored rows; NaN when every row
+  is ignored, as torch), or the sum.
+
+The partition into programs depends only on the sizes, so a second call gives bit-identical results.
+Parameters: whole: BLOCK, num_warps, programs; cross_entropy: max_block_c, num_warps, programs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+from torch import nn
+
+from stages.contracts import Problem
+from stages.templates.lowering import Lowering, Traced, _literal, node_shape, op_name
+from stages.templates.program import Line, Operand, Plan, Program, Reduction, TemplateMismatch, Value
+from stages.templates.source import jit_source, line_source, module_source, operand_prologue
+
+WHOLE_VARIANTS = ({"BLOCK": 4096, "num_warps": 8, "programs": 1024}, {"BLOCK": 2048, "num_warps": 4, "programs": 2048},
+                  {"BLOCK": 8192, "num_warps": 8, "programs": 1024}, {"BLOCK": 4096, "num_warps": 8, "programs": 2048},
+                  {"BLOCK": 4096, "num_warps": 4, "programs": 512})
+CE_VARIANTS = ({"max_block_c": 4096, "num_warps": 8, "programs": 1024},
+               {"max_block_c": 8192, "num_warps": 8, "programs": 1024},
+               {"max_block_c": 2048, "num_warps": 4, "programs": 2048},
+               {"max_block_c": 4096, "num_warps": 4, "programs": 2048},
+               {"max_block_c": 8192, "num_warps": 16, "programs": 512})
+
+_LOSSES: dict[str, tuple[str, ...]] = {  # torch's parameter names, in order
+    "mse_loss": ("input", "target", "size_average", "reduce", "reduction", "weight"),
+    "l1_loss": ("input", "target", "size_average", "reduce", "reduction", "weight"),
+    "smooth_l1_loss": ("input", "target", "size_average", "reduce", "reduction", "beta"),
+    "huber_loss": ("input", "target", "reduction", "delta", "weight"),
+}
+_LOSS_MODULES: dict[type[nn.Module], str] = {nn.MSELoss: "mse_loss", nn.L1Loss: "l1_loss",
+                                             nn.SmoothL1Loss: "smooth_l1_loss", nn.HuberLoss: "huber_loss"}
+_CE_PARAMS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
+
+
+@dataclass(frozen=True)
+class CrossEntropyPlan(Plan):
+    """Cross-entropy of logits p0 [N, C] and class targets p1 [N] (program.operands)."""
+
+    ignore_index: int = -100
+    mean: bool = True  # reduction 'mean' (over non-ignored rows), else 'sum'
+
+
+def _reduction_of(name: str, bound: dict[str, Any]) -> bool:
+    """True for a mean, False for a sum; declines legacy arguments, weights and unreduced outputs."""
+    for legacy in ("size_average", "reduce"):
+        if bound.get(legacy) is not None:
+            raise TemplateMismatch(f"{name} with the legacy {legacy}= argument")
+    if bound.get("weight") is not None:
+        raise TemplateMismatch(f"{name} with a weight")
+    reduction = bound.get("reduction", "mean")
+    if reduction not in ("mean", "sum"):
+        raise TemplateMismatch(f"{name} with reduction={reduction!r}: the output is not a scalar")
+    return bool(reduction == "mean")
+
+
+class WholeLowering(Lowering):
+    """Lowering where sums and means without dim reduce the whole tensor and the pointwise losses expand into
+    lines; reductions over a dim (and softmax, norms) are the rowwise family's job."""
+
+    def __init__(self, graph: torch.fx.GraphModule, model: nn.Module):
+        super().__init__(graph, model)
+        self.whole = False  # set while a whole-tensor reduction is being emitted
+
+    def reduce(self, how: Reduction, x: Value) -> Value:
+        if not self.whole:
+            raise TemplateMismatch("a reduction over the last dim (the rowwise family's job)")
+        return super().reduce(how, x)
+
+    def total(self, node: torch.fx.Node, sources: list[Any], x: Value, mean: bool) -> Value:
+        """The sum (or mean: / n) of x over the whole tensor; sources must all be of the full shape."""
+        for source in sources:
+            if not isinstance(source, torch.fx.Node) or node_shape(source) != self.full:
+                raise TemplateMismatch(f"{node.name} reduces a tensor not of the full shape {list(self.full)}")
+        self.whole = True
+        try:
+            total = self.reduce("sum", x)
+        finally:
+            self.whole = False
+        return self.pointwise(f"{total.text} / n", total) if mean else total
+
+    def _reduction(self, node: torch.fx.Node, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        bound = self._bind(("input", "dim", "keepdim"), args, kwargs, name)
+        dim = bound.get("dim")
+        if isinstance(dim, torch.fx.Node):  # torch.max(x, y): elementwise
+            return super()._reduction(node, name, args, kwargs)
+        if dim is not None:
+            raise TemplateMismatch(f"{node.name} reduces over dim {dim}, not the whole tensor (the rowwise family's job)")
+        if name not in ("sum", "mean"):
+            raise TemplateMismatch(f"{name} of the whole tensor: this family sums (sum, mean, losses)")
+        return self.total(node, [bound["input"]], self.value(bound["input"]), name == "mean")
+
+    def _call(self, node: torch.fx.Node, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if name in _LOSSES:
+            return self._loss(node, name, self._bind(_LOSSES[name], args, kwargs, name))
+        return super()._call(node, name, args, kwargs)
+
+    def _module(self, node: torch.fx.Node, module: nn.Module) -> Value:
+        name = next((n for cls, n in _LOSS_MODULES.items() if type(module) is cls), None)
+        if name is None:
+            return super()._module(node, module)
+        extra = {k: getattr(module, k) for k in ("beta", "delta") if hasattr(module, k)}
+        bound = self._bind(_LOSSES[name], list(node.args), dict(node.kwargs), name)
+        return self._loss(node, name, {**bound, "reduction": module.reduction, **extra})
+
+    def _loss(self, node: torch.fx.Node, name: str, bound: dict[str, Any]) -> Value:
+        mean = _reduction_of(name, bound)
+        a, b = self.value(bound["input"]), self.value(bound["target"])
+        d = self.pointwise(f"{a.text} - {b.text}", a, b)
+        if name == "mse_loss":
+            loss = self.pointwise(f"{d.text} * {d.text}", d)
+        else:
+            z = self.pointwise(f"tl.abs({d.text})", d)
+            limit = float(bound.get("beta", bound.get("delta", 1.0)))
+            t = _literal(limit)
+            if name == "l1_loss" or (name == "smooth_l1_loss" and limit == 0.0):
+                loss = z
+            elif limit <= 0.0:
+                raise TemplateMismatch(f"{name} with a non-positive threshold {limit!r}")
+            elif name == "smooth_l1_loss":
+                loss = self.pointwise(f"tl.where({z.text} < {t}, 0.5 * {d.text} * {d.text} / {t}, {z.text} - 0.5 * {t})", z, d)
+            else:  # huber_loss
+                loss = self.pointwise(f"tl.where({z.text} < {t}, 0.5 * {d.text} * {d.text}, {t} * ({z.text} - 0.5 * {t}))", z, d)
+        return self.total(node, [bound["input"], bound["target"]], loss, mean)
+
+    def _program(self, node: torch.fx.Node) -> Program:
+        result = node.args[0]
+        if not isinstance(result, torch.fx.Node):
+            raise TemplateMismatch("forward returns more than one tensor")
+        out = self.value(result)
+        shape = node_shape(result)
+        if out.kind != "row" or shape != ():
+            raise TemplateMismatch(f"the output of shape {list(shape)} is not a whole-tensor reduction (a scalar)")
+        # A sum never feeds an elem value (check_row_broadcast declines a 0-dim value meeting the full shape), so
+        # every sum takes one pass and only row lines follow the sums.
+        return Program(args=self.args, operands=tuple(self.operands), full=self.full_operand(),
+                       scalars=tuple(self.scalars), helpers=tuple(sorted(self.helpers)), lines=tuple(self.lines),
+                       output=out.text, out_kind="row", out_keepdim=False,
+                       out_dtype=str(result.meta["tensor_meta"].dtype))
+
+
+def _closure(program: Program, roots: list[str]) -> list[Line]:
+    """The elem lines the roots need, in program order."""
+    needed, stack = set(), list(roots)
+    while stack:
+        line = program.line(stack.pop())
+        if line.kind == "elem" and line.name not in needed:
+            needed.add(line.name)
+            stack.extend(line.deps)
+    return [line for line in program.lines if line.name in needed]
+
+
+# cross-entropy recognition
+
+
+def _cross_entropy_args(traced: Traced, node: torch.fx.Node) -> dict[str, Any] | None:
+    """The bound arguments of a cross-entropy node, None if node is something else."""
+    if node.op == "call_module":
+        module = traced.graph.get_submodule(str(node.target))
+        if type(module) is not nn.CrossEntropyLoss:
+            return None
+        return {"input": node.args[0], "target": node.args[1], "weight": module.weight,
+                "ignore_index": module.ignore_index, "reduction": module.reduction,
+                "label_smoothing": module.label_smoothing}
+    if node.op in ("call_function", "call_method") and op_name(node) == "cross_entropy":
+        bound = {**dict(zip(_CE_PARAMS, node.args, strict=False)), **node.kwargs}
+        if set(bound) - set(_CE_PARAMS):
+            raise TemplateMismatch(f"cross_entropy with arguments this template does not know: {node.kwargs}")
+        return bound
+    return None
+
+
+def _match_cross_entropy(traced: Traced, node: torch.fx.Node, bound: dict[str, Any]) -> CrossEntropyPlan:
+    mean = _reduction_of("cross_entropy", bound)
+    if bound.get("label_smoothing", 0.0) != 0.0:
+        raise TemplateMismatch(f"cross_entropy with label_smoothing={bound['label_smoothing']!r}")
+    ignore = bound.get("ignore_index", -100)
+    if isinstance(ignore, bool) or not isinstance(ignore, int):
+        raise TemplateMismatch(f"cross_entropy with a non-constant ignore_index {ignore!r}")
+    logits, target = bound["input"], bound["target"]
+    placeholders = [n for n in traced.graph.graph.nodes if n.op == "placeholder"]
+    if not all(isinstance(x, torch.fx.Node) and x in placeholders for x in (logits, target)):
+        raise TemplateMismatch("cross_entropy of computed tensors: only of forward's own inputs")
+    rest = [n for n in traced.graph.graph.nodes if n.op not in ("placeholder", "output") and n is not node]
+    if rest:
+        raise TemplateMismatch(f"cross_entropy with other ops around it ({', '.join(n.name for n in rest)})")
+    out = next(n for n in traced.graph.graph.nodes if n.op == "output")
+    if out.args[0] is not node:
+        raise TemplateMismatch("forward does not return the cross_entropy itself")
+    lmeta, tmeta = logits.meta["tensor_meta"], target.meta["tensor_meta"]
+    if len(lmeta.shape) != 2 or not lmeta.dtype.is_floating_point:
+        raise TemplateMismatch(f"cross_entropy of logits of shape {list(lmeta.shape)} ({lmeta.dtype}): only [N, C] float")
+    if tmeta.dtype != torch.int64 or tuple(tmeta.shape) != tuple(lmeta.shape[:1]):
+        raise TemplateMismatch(f"cross_entropy with targets of shape {list(tmeta.shape)} ({tmeta.dtype}): "
+                               "only int64 class indices [N] (no class probabilities)")
+    args = tuple(str(n.target) for n in placeholders)
+    program = Program(args=args, operands=(Operand(str(logits.target), False), Operand(str(target.target), False)),
+                      full=0, scalars=(), helpers=(), lines=(), output="loss", out_kind="row", out_keepdim=False,
+                      out_dtype=str(lmeta.dtype))
+    return CrossEntropyPlan(program=program, reference=traced.reference, ignore_index=ignore, mean=mean)
+
+
+def match(problem: Problem, traced: Traced) -> Plan:
+    for node in traced.graph.graph.nodes:
+        if (bound := _cross_entropy_args(traced, node)) is not None:
+            return _match_cross_entropy(traced, node, bound)
+    return Plan(program=WholeLowering(traced.graph, traced.model).run(), reference=traced.reference)
+
+
+def variants(plan: Plan) -> list[dict[str, Any]]:
+    return [dict(p) for p in (CE_VARIANTS if isinstance(plan, CrossEntropyPlan) else WHOLE_VARIANTS)]
+
+
+# whole-tensor sums
+
+
+def _whole_partial(program: Program) -> str:
+    reduces = [ln for ln in program.lines if ln.reduce]
+    body = ["pid = tl.program_id(0)", "start = pid.to(tl.int64) * BLOCK", "step = tl.num_programs(0) * BLOCK"]
+    body += [f"acc{j} = tl.zeros([BLOCK], dtype=tl.float32)" for j in range(len(reduces))]
+    inner = [line_source(ln, f"offs % n{ln.load}" if ln.load is not None and program.operands[ln.load].broadcast
+                         else "offs") for ln in _closure(program, [ln.deps[0] for ln in reduces])]
+    inner += [f"acc{j} += tl.where(mask, {ln.deps[0]}, 0.0)" for j, ln in enumerate(reduces)]
+    full = ["offs = start + tl.arange(0, BLOCK)", "mask = tl.full([BLOCK], 1, tl.int1)", *inner, "start += step"]
+    ragged = ["offs = start + tl.arange(0, BLOCK)", "mask = offs < n", *inner]
+    body += ["while start + BLOCK <= n:  # whole blocks: a constant mask, so loads vectorize whatever n is",
+             *("    " + line for line in full), "if start < n:  # the ragged last block, in one program",
+             *("    " + line for line in ragged)]
+    body += [f"tl.store(part + {j} * tl.num_programs(0) + pid, tl.sum(acc{j}, axis=0))" for j in range(len(reduces))]
+    args = [f"p{i}" for i in range(len(program.operands))] + ["part", "n"]
+    args += [f"n{i}" for i, op in enumerate(program.operands) if op.broadcast]
+    args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK: tl.constexpr"]
+    return jit_source("_kf_loss_partial", args, body)
+
+
+def _whole_combine(program: Program) -> str:
+    body = ["i = tl.arange(0, P2)", "live = i < P"]
+    for j, ln in enumerate(line for line in program.lines if line.reduce):
+        body.append(f"{ln.name} = tl.sum(tl.load(part + {j} * P + i, mask=live, other=0.0), axis=0)")
+    body += [line_source(ln) for ln in program.lines if ln.kind == "row" and not ln.reduce]
+    body.append(f"tl.store(out, {program.output}.to(out.dtype.element_ty))")
+    args = ["part", "out", "n", "P", *(f"s{i}" for i in range(len(program.scalars))), "P2: tl.constexpr"]
+    return jit_source("_kf_loss_combine", args, body)
+
+
+def _whole_forward(program: Program, params: dict[str, Any]) -> list[str]:
+    full = f"p{program.full}"
+    scalars = "".join(f", {s}" for s in program.scalars)
+    sizes = "".join(f", p{i}.numel()" for i, op in enumerate(program.operands) if op.broadcast)
+    operands = "".join(f"p{i}, " for i in range(len(program.operands)))
+    n_reduce = sum(1 for ln in program.lines if ln.reduce)
+    block = params["BLOCK"]
+    return [
+        *operand_prologue(program),
+        f"out = torch.empty((), device={full}.device, dtype={program.out_dtype})",
+        f"n = {full}.numel()",
+        f"programs = max(1, min(triton.cdiv(n, {block}), {params['programs']}))",
+        f"part = torch.empty(({n_reduce}, programs), device={full}.device, dtype=torch.float32)",
+        f"_kf_loss_partial[(programs,)]({operands}part, n{sizes}{scalars}, BLOCK={block}, "
+        f"num_warps={params['num_warps']})",
+        f"_kf_loss_combine[(1,)](part, out, n, programs{scalars}, P2=triton.next_power_of_2(programs), num_warps=4)",
+        "return out",
+    ]
+
+
+# cross-entropy
+
+_CE_PARTIAL = jit_source("_kf_ce_partial", ["p0", "p1", "part", "count", "N", "C", "IGNORE", "ROWS: tl.constexpr",
+                                            "BLOCK_C: tl.constexpr"], [
+    "pid = tl.program_id(0)",
+    "acc = tl.zeros([ROWS], dtype=tl.float32)",
+    "valid_rows = tl.zeros([ROWS], dtype=tl.int32)",
+    "group = pid",
+    "while group < tl.cdiv(N, ROWS):",
+    "    rows = group * ROWS + tl.arange(0, ROWS)",
+    "    row_mask = rows < N",
+    "    base = rows.to(tl.int64) * C",
+    "    m = tl.full([ROWS], float('-inf'), tl.float32)",
+    "    s = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)",
+    "    start = 0",
+    "    while start < C:",
+    "        cols = start + tl.arange(0, BLOCK_C)",
+    "        mask = row_mask[:, None] & (cols < C)[None, :]",
+    "        x = tl.load(p0 + base[:, None] + cols[None, :], mask=mask, other=float('-inf')).to(tl.float32)",
+    "        m_new = tl.maximum(m, tl.max(x, axis=1))",
+    "        m_use = tl.where(m_new == float('-inf'), 0.0, m_new)  # nothing seen yet: no -inf - -inf",
+    "        s = s * tl.exp(m - m_use)[:, None] + tl.exp(x - m_use[:, None])",
+    "        m = m_new",
+    "        start += BLOCK_C",
+    "    lse = m + tl.log(tl.maximum(tl.sum(s, axis=1), 1.0))  # >= 1 (the max's own term) but in masked rows",
+    "    t = tl.load(p1 + rows, mask=row_mask, other=IGNORE)",
+    "    valid = row_mask & (t != IGNORE)",
+    "    inside = valid & (t >= 0) & (t < C)  # never read outside the row",
+    "    xt = tl.load(p0 + base + t, mask=inside, other=0.0).to(tl.float32)",
+    "    acc += tl.where(valid, lse - xt, 0.0)",
+    "    valid_rows += valid.to(tl.int32)",
+    "    group += tl.num_programs(0)",
+    "tl.store(part + pid, tl.sum(acc, axis=0))",
+    "tl.store(count + pid, tl.sum(valid_rows, axis=0))",
+])
+
+_CE_COMBINE = jit_source("_kf_ce_combine", ["part", "count", "out", "P", "P2: tl.constexpr", "MEAN: tl.constexpr"], [
+    "i = tl.arange(0, P2)",
+    "live = i < P",
+    "loss = tl.sum(tl.load(part + i, mask=live, other=0.0), axis=0)",
+    "if MEAN:",
+    "    loss = loss / tl.sum(tl.load(count + i, mask=live, other=0), axis=0).to(tl.float32)",
+    "tl.store(out, loss.to(out.dtype.element_ty))",
+])
+
+
+def _ce_forward(plan: CrossEntropyPlan, params: dict[str, Any]) -> list[str]:
+    cap = params["max_block_c"]
+    return [
+        *operand_prologue(plan.program),
+        "N, C = p0.shape",
+        f"out = torch.empty((), device=p0.device, dtype={plan.program.out_dtype})",
+        f"block_c = min({cap}, triton.next_power_of_2(C))",
+        f"rows = max(1, {cap} // block_c)",
+        f"programs = max(1, min(triton.cdiv(N, rows), {params['programs']}))",
+        "part = torch.empty(programs, device=p0.device, dtype=torch.float32)",
+        "count = torch.empty(programs, device=p0.device, dtype=torch.int32)",
+        f"_kf_ce_partial[(programs,)](p0, p1, part, count, N, C, {plan.ignore_index}, ROWS=rows, BLOCK_C=block_c, "
+        f"num_warps={params['num_warps']})",
+        f"_kf_ce_combine[(1,)](part, count, out, programs, P2=triton.next_power_of_2(programs), MEAN={plan.mean}, "
+        "num_warps=4)",
+        "return out",
+    ]
+
+
+def render(plan: Plan, params: dict[str, Any]) -> str:
+    if isinstance(plan, CrossEntropyPlan):
+        return module_source(plan.program, plan.reference, [_CE_PARTIAL, _CE_COMBINE], _ce_forward(plan, params))
+    kernels = [_whole_partial(plan.program), _whole_combine(plan.program)]
+    return module_source(plan.program, plan.reference, kernels, _whole_forward(plan.program, params))
