@@ -240,7 +240,7 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
         n_reduce = sum(1 for ln in program.lines if ln.reduce)
         split = [
             f"if rows < {params['split_below']} and D > {cap}:",
-            f"    splits = min(triton.cdiv(D, {cap}), max(1, {SPLIT_PROGRAMS} // rows))",
+            f"    splits = min(triton.cdiv(D, {cap}), max(1, {SPLIT_PROGRAMS} // max(rows, 1)))",
             f"    chunk = triton.cdiv(triton.cdiv(D, splits), {cap}) * {cap}",
             "    splits = triton.cdiv(D, chunk)",
             f"    part = torch.empty(({n_reduce}, rows, splits), device={full}.device, dtype=torch.float32)",
