@@ -135,3 +135,23 @@ def test_a_run_policy_overrides_the_problems_for_every_stage(prefect_harness, tm
     cands, problems = (pd.read_parquet(tmp_path / "tables" / t) for t in ("candidates", "problems"))
     assert list(cands.origin_proposer) == ["matmul"]  # library_epilogue declined: cuBLAS is forbidden for this run
     assert not problems.policy_allow_vendor_libraries.iloc[0] and summary["best_candidate_id"] == cands.id.iloc[0]
+
+
+def test_the_parents_profile_actions_drive_the_next_proposal(prefect_harness, tmp_path: Path, monkeypatch):
+    """A tool's action on the incumbent's profile reaches the proposer: the next candidate is its parameter move."""
+    from types import SimpleNamespace
+
+    from flows.optimize import main as optimize
+    from stages import refine
+    from stages.contracts import Action, Finding
+    from stages.proposers.mutations import apply
+
+    def check(ev):  # a tool that always asks for more work per thread, on candidates only
+        return [Finding(tool="stub_ilp", severity=0.5, diagnosis="stub", recommendation="stub",
+                        action=Action(kind="increase_ilp"))] if ev.contender == "candidate" else []
+
+    monkeypatch.setattr(refine, "select", lambda bound: [SimpleNamespace(NAME="stub_ilp", check=check)])
+    optimize(str(ROOT / "problems" / "09_silu.py"), budget=2, store=str(tmp_path), device="cpu", executor="inline")
+    cands = pd.read_parquet(tmp_path / "tables" / "candidates")
+    first, second = (json.loads(p) for p in cands.origin_params)
+    assert second == apply(Action(kind="increase_ilp"), first)[0] and cands.parent_id.iloc[1] == cands.id.iloc[0]
