@@ -364,6 +364,7 @@ ActionKind = Literal[
     "raise_occupancy",  # fewer registers or less shared memory per block, other block size
     "remove_spills",  # cut register pressure: smaller tiles, fewer live values
     "use_tensor_cores",  # tl.dot / mma / wgmma for matmul-like work
+    "feed_tensor_cores",  # tensor cores in use but idle between MMAs: bigger tiles, deeper pipeline, TMA
     "pad_shared_memory",  # remove shared-memory bank conflicts (padding, swizzle)
     "reduce_divergence",  # uniform control flow per warp
     "hide_memory_latency",  # more loads in flight: pipelining stages, more warps, prefetch

@@ -76,3 +76,13 @@ def test_launch_bound_call_ranks_launches_first():
     """100 launches of a tiny kernel: kernel-level findings are scaled by the kernels' share of the call's time."""
     fb = feedback(ROOT / "tests" / "fixtures" / "ncu" / "h200" / "launch_bound.json")
     assert fb.findings[0].tool == "launch_bound" and all(f.severity < 0.2 for f in fb.findings[1:])
+
+
+def test_cublas_keeps_its_tensor_pipe_fed_and_gets_no_advice():
+    """The same 8192^3 bf16 product under eager PyTorch (cuBLAS, tensor pipe 96.9% busy): compute-bound, no finding,
+    where the Triton GEMM of the tensor_pipe_underfed fixture (84.9%) is told to feed its tensor cores."""
+    _, ev = captured.load(ROOT / "tests" / "fixtures" / "ncu" / "h200" / "baselines" / "10_matmul_bf16.eager.json")
+    fb = refine.run(refine.RefineRequest(evidence=ev))
+    assert ev.contender == "eager" and fb.bound == "compute" and fb.findings == [], fb.text
+    underfed = feedback(ROOT / "tests" / "fixtures" / "ncu" / "h200" / "tensor_pipe_underfed.json")
+    assert [f.tool for f in underfed.findings] == ["tensor_pipe_underfed"] and "84.9%" in underfed.text

@@ -59,3 +59,8 @@ def test_the_proposer_tries_the_parents_actions_first():
     assert all(c.parent_id == parent.id for c in acted.candidates)
     assert "pad_shared_memory: the templates' shared-memory layout" in acted.message
     assert "increase_ilp: 2 parameter sets" in acted.message
+
+
+def test_underfed_tensor_cores_deepen_the_pipeline_then_grow_the_tile():
+    moves = apply(Action(kind="feed_tensor_cores", params={"num_stages": "+1"}), MATMUL)
+    assert moves[:3] == [{**MATMUL, "num_stages": 4}, {**MATMUL, "BLOCK_N": 128}, {**MATMUL, "BLOCK_M": 256}]

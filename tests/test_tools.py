@@ -99,6 +99,8 @@ FIRES = {
                               "dram__throughput.avg.pct_of_peak_sustained_elapsed": 20.0}), "increase_ilp", "35%"),
     "costly_instructions": (evidence({"sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": 60.0}),
                             "cheaper_instructions", "60%"),
+    "tensor_pipe_underfed": (evidence({"sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": 70.0},
+                                      bound="compute"), "feed_tensor_cores", "70.0%"),
 }
 
 

@@ -67,7 +67,8 @@ RULES: dict[str, Callable[[Params, Action], list[Params]]] = {
     "increase_ilp": lambda p, a: _moves(p, ("BLOCK", 2), ("num_warps", 0.5), ("BLOCK_N", 2), ("min_tile", 2)),
     "vectorize_access": lambda p, a: _moves(p, ("BLOCK", 2), ("num_warps", 0.5)),
     "reduce_dram_traffic": lambda p, a: _moves(p, ("max_block_d", 2), ("GROUP_M", 2), ("BLOCK_M", 2), ("BLOCK_N", 2)),
-    "use_tensor_cores": lambda p, a: _moves(p, ("BLOCK_K", 2)),  # fp32 IEEE dots stay FMA: policy (TF32) decides
+    "use_tensor_cores": lambda p, a: _moves(p, ("BLOCK_K", 2)),
+    "feed_tensor_cores": lambda p, a: _moves(p, ("num_stages", 2), ("BLOCK_N", 2), ("BLOCK_M", 2), ("GROUP_M", 2)),  # fp32 IEEE dots stay FMA: policy (TF32) decides
 }
 
 _NOT_PARAMETERS = {

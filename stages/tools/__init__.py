@@ -139,13 +139,14 @@ from . import (  # noqa: E402  (tools import the helpers above)
     spills,
     tail_wave,
     tensor_cores_unused,
+    tensor_pipe_underfed,
     uncoalesced_access,
     warp_divergence,
 )
 
 TOOLS: dict[str, Tool] = {t.NAME: t for t in (
     uncoalesced_access, low_occupancy, spills, tensor_cores_unused, bank_conflicts, warp_divergence,
-    long_scoreboard, tail_wave, launch_bound, dram_excess, fma_low_ilp, costly_instructions)}
+    long_scoreboard, tail_wave, launch_bound, dram_excess, fma_low_ilp, costly_instructions, tensor_pipe_underfed)}
 
 
 def explains(tool: str) -> frozenset[str]:
