@@ -32,7 +32,7 @@ from torch import nn
 
 from stages.contracts import Problem
 from stages.templates.lowering import Lowering, Traced, _literal, node_shape, op_name
-from stages.templates.program import Line, Operand, Plan, Program, Reduction, TemplateMismatch, Value
+from stages.templates.program import Operand, Plan, Program, Reduction, TemplateMismatch, Value
 from stages.templates.source import jit_source, line_source, module_source, operand_prologue
 
 WHOLE_VARIANTS = ({"BLOCK": 4096, "num_warps": 8, "programs": 1024}, {"BLOCK": 2048, "num_warps": 4, "programs": 2048},
@@ -161,17 +161,6 @@ class WholeLowering(Lowering):
                        out_dtype=str(result.meta["tensor_meta"].dtype))
 
 
-def _closure(program: Program, roots: list[str]) -> list[Line]:
-    """The elem lines the roots need, in program order."""
-    needed, stack = set(), list(roots)
-    while stack:
-        line = program.line(stack.pop())
-        if line.kind == "elem" and line.name not in needed:
-            needed.add(line.name)
-            stack.extend(line.deps)
-    return [line for line in program.lines if line.name in needed]
-
-
 # cross-entropy recognition
 
 
@@ -241,7 +230,7 @@ def _whole_partial(program: Program) -> str:
     body = ["pid = tl.program_id(0)", "start = pid.to(tl.int64) * BLOCK", "step = tl.num_programs(0) * BLOCK"]
     body += [f"acc{j} = tl.zeros([BLOCK], dtype=tl.float32)" for j in range(len(reduces))]
     inner = [line_source(ln, f"offs % n{ln.load}" if ln.load is not None and program.operands[ln.load].broadcast
-                         else "offs") for ln in _closure(program, [ln.deps[0] for ln in reduces])]
+                         else "offs") for ln in program.closure([ln.deps[0] for ln in reduces])]
     inner += [f"acc{j} += tl.where(mask, {ln.deps[0]}, 0.0)" for j, ln in enumerate(reduces)]
     full = ["offs = start + tl.arange(0, BLOCK)", "mask = tl.full([BLOCK], 1, tl.int1)", *inner, "start += step"]
     ragged = ["offs = start + tl.arange(0, BLOCK)", "mask = offs < n", *inner]

@@ -67,6 +67,16 @@ class Program:
     def line(self, name: str) -> Line:
         return next(line for line in self.lines if line.name == name)
 
+    def closure(self, roots: list[str]) -> list[Line]:
+        """The elem lines the roots need, in program order (row values are computed outside it)."""
+        needed, stack = set(), list(roots)
+        while stack:
+            line = self.line(stack.pop())
+            if line.kind == "elem" and line.name not in needed:
+                needed.add(line.name)
+                stack.extend(line.deps)
+        return [line for line in self.lines if line.name in needed]
+
     @property
     def reduces(self) -> bool:
         return any(line.reduce for line in self.lines)

@@ -18,16 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from stages.contracts import Problem
+from stages.templates import rows
 from stages.templates.lowering import Traced, lower
 from stages.templates.program import Line, Plan, Program, TemplateMismatch
-from stages.templates.source import (
-    jit_source,
-    line_source,
-    module_source,
-    operand_prologue,
-    output_alloc,
-    store_source,
-)
+from stages.templates.source import jit_source, module_source, store_source
 
 WARPS = (8, 16, 4)
 MAX_BLOCKS = (16384, 4096)
@@ -55,22 +49,8 @@ def variants(plan: Plan) -> list[dict[str, Any]]:
     return tiled + [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
 
 
-def _args(program: Program) -> list[str]:
-    args = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
-    args += [f"r{i}" for i, op in enumerate(program.operands) if op.broadcast]
-    return args + [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK_D: tl.constexpr"]
-
-
 def _prologue(program: Program) -> list[str]:
-    """Row offsets: a full operand starts at row * D, a broadcast one at (row % its rows) * D."""
-    lines = ["row = tl.program_id(0)", "base = row.to(tl.int64) * D"]
-    lines += [f"o{i} = (row % r{i}).to(tl.int64) * D" for i, op in enumerate(program.operands) if op.broadcast]
-    return lines
-
-
-def _pointwise(program: Program, line: Line) -> str:
-    offset = f"o{line.load}" if line.load is not None and program.operands[line.load].broadcast else "base"
-    return line_source(line, f"{offset} + cols")
+    return ["row = tl.program_id(0)", *rows.offsets(program, "row")]
 
 
 def _masked(line: Line) -> str:
@@ -87,7 +67,7 @@ def _resident(program: Program) -> str:
         if line.reduce:
             body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, axis=0)")
         else:
-            body.append(_pointwise(program, line))
+            body.append(rows.pointwise(program, line))
     body.append(_store(program))
     return _kernel(program, "_kf_row_resident", body)
 
@@ -96,18 +76,16 @@ def _rows(program: Program) -> str:
     """ROWS rows per program: row values are [ROWS, 1] columns (keep_dims), so every line broadcasts as in the
     one-row kernel; rows past R are masked."""
     body = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", "row_mask = rows < R",
-            "base = rows.to(tl.int64) * D"]
-    body += [f"o{i} = (rows % r{i}).to(tl.int64) * D" for i, op in enumerate(program.operands) if op.broadcast]
+            *rows.offsets(program, "rows")]
     body += ["cols = tl.arange(0, BLOCK_D)[None, :]", "mask = row_mask & (cols < D)"]
     for line in program.lines:
         if line.reduce:
             body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, axis=1, keep_dims=True)")
         else:
-            body.append(_pointwise(program, line))
+            body.append(rows.pointwise(program, line))
     body.append(store_source(program, "rows", "row_mask") if program.out_kind == "row"
                 else store_source(program, "base + cols"))
-    args = _args(program)
-    return jit_source("_kf_rows_resident", [*args[:-1], "R", "ROWS: tl.constexpr", args[-1]], body)
+    return jit_source("_kf_rows_resident", rows.args(program, "R", "ROWS: tl.constexpr"), body)
 
 
 def _levels(program: Program) -> dict[str, int]:
@@ -119,20 +97,9 @@ def _levels(program: Program) -> dict[str, int]:
     return level
 
 
-def _closure(program: Program, roots: list[str]) -> list[Line]:
-    """The elem lines that roots need within a chunk, in program order (row values are already known)."""
-    needed, stack = set(), list(roots)
-    while stack:
-        line = program.line(stack.pop())
-        if line.kind == "elem" and line.name not in needed:
-            needed.add(line.name)
-            stack.extend(line.deps)
-    return [line for line in program.lines if line.name in needed]
-
-
 def _chunk_loop(program: Program, roots: list[str], updates: list[str], start: str = "0", stop: str = "D") -> list[str]:
     inner = ["cols = start + tl.arange(0, BLOCK_D)", f"mask = cols < {stop}"]
-    inner += [_pointwise(program, line) for line in _closure(program, roots)] + updates + ["start += BLOCK_D"]
+    inner += [rows.pointwise(program, line) for line in program.closure(roots)] + updates + ["start += BLOCK_D"]
     return [f"start = {start}", f"while start < {stop}:", *("    " + line for line in inner)]
 
 
@@ -161,7 +128,7 @@ def _looped(program: Program) -> str:
         ready = [ln for ln in program.lines if ln.kind == "row" and not ln.reduce and ln.name not in known
                  and all(d in known for d in ln.deps)]
         known.update(ln.name for ln in ready)
-        return [_pointwise(program, ln) for ln in ready]
+        return [rows.pointwise(program, ln) for ln in ready]
 
     for level in sorted({levels[ln.name] for ln in program.lines if ln.reduce}):
         reduces = [ln for ln in program.lines if ln.reduce and levels[ln.name] == level]
@@ -195,8 +162,7 @@ def _partial(program: Program) -> str:
                         start="split * CHUNK", stop="tl.minimum(split * CHUNK + CHUNK, D)")
     body += [x for p in parts for x in p[2]]
     body += [f"tl.store(part + ({j} * R + row) * SPLITS + split, {ln.name})" for j, ln in enumerate(reduces)]
-    args = _args(program)
-    return jit_source("_kf_row_partial", [*args[:-1], "part", "R", "CHUNK", "SPLITS", args[-1]], body)
+    return jit_source("_kf_row_partial", rows.args(program, "part", "R", "CHUNK", "SPLITS"), body)
 
 
 def _combine(program: Program) -> str:
@@ -205,38 +171,20 @@ def _combine(program: Program) -> str:
     for j, ln in enumerate(line for line in program.lines if line.reduce):
         partials = f"tl.load(part + ({j} * R + row) * SPLITS + s, mask=s < SPLITS, other={_MASKED[str(ln.reduce)]})"
         body.append(f"{ln.name} = {_COMBINE[str(ln.reduce)]}({partials}, axis=0)")
-    body += [_pointwise(program, ln) for ln in program.lines if ln.kind == "row" and not ln.reduce]
+    body += [rows.pointwise(program, ln) for ln in program.lines if ln.kind == "row" and not ln.reduce]
     body.append(_store(program))
-    args = _args(program)
-    return jit_source("_kf_row_combine", [*args[:-1], "part", "R", "SPLITS", "SPLITS_P2: tl.constexpr"], body)
+    return jit_source("_kf_row_combine", [*rows.args(program)[:-1], "part", "R", "SPLITS", "SPLITS_P2: tl.constexpr"],
+                      body)
 
 
 def _kernel(program: Program, name: str, body: list[str]) -> str:
-    return jit_source(name, _args(program), body)
+    return jit_source(name, rows.args(program), body)
 
 
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:
-    full, cap, warps = f"p{program.full}", params["max_block_d"], params["num_warps"]
-    call = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
-    call += [f"p{i}.numel() // D" for i, op in enumerate(program.operands) if op.broadcast]
-    call += list(program.scalars)
-    launch = ", ".join(call)
-    head = [
-        *operand_prologue(program),
-        output_alloc(program),
-        f"D = {full}.shape[-1]",
-        f"rows = {full}.numel() // D",
-        "block_d = triton.next_power_of_2(D)",
-    ]
-    one_row = [
-        f"if block_d <= {cap}:",
-        f"    _kf_row_resident[(rows,)]({launch}, BLOCK_D=block_d, num_warps=max(1, min({warps}, block_d // 256)))",
-        "else:",
-        f"    _kf_row_looped[(rows,)]({launch}, BLOCK_D={cap}, num_warps={warps})",
-        "return out",
-    ]
     split = []
     if "split_below" in params:
+        full, cap, warps, launch = f"p{program.full}", params["max_block_d"], params["num_warps"], rows.launch(program)
         n_reduce = sum(1 for ln in program.lines if ln.reduce)
         split = [
             f"if rows < {params['split_below']} and D > {cap}:",
@@ -248,17 +196,8 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
             f"    _kf_row_combine[(rows,)]({launch}, part, rows, splits, SPLITS_P2=triton.next_power_of_2(splits))",
             "    return out",
         ]
-    if "min_tile" not in params:
-        return head + split + one_row
-    tile = params["min_tile"]
-    return head + split + [
-        f"if block_d < {tile}:",
-        f"    per = {tile} // block_d",
-        f"    _kf_rows_resident[(triton.cdiv(rows, per),)]({launch}, rows, ROWS=per, BLOCK_D=block_d, "
-        f"num_warps=max(1, min({warps}, {tile} // 256)))",
-        "    return out",
-        *one_row,
-    ]
+    return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
+                                                       "_kf_row_looped")
 
 
 def render(plan: Plan, params: dict[str, Any]) -> str:

@@ -17,16 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from stages.contracts import Problem
+from stages.templates import rows
 from stages.templates.lowering import Traced, lower
 from stages.templates.program import Line, Plan, Program, TemplateMismatch
-from stages.templates.source import (
-    jit_source,
-    line_source,
-    module_source,
-    operand_prologue,
-    output_alloc,
-    store_source,
-)
+from stages.templates.source import jit_source, module_source, store_source
 
 WARPS = (8, 4, 16)
 MAX_BLOCKS = (8192, 2048)
@@ -59,23 +53,10 @@ def _helper(how: str) -> str:
     return jit_source(_HELPERS[how], ["a", "b"], [f"return {_COMBINE[how].format(a='a', b='b')}"])
 
 
-def _args(program: Program) -> list[str]:
-    args = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
-    args += [f"r{i}" for i, op in enumerate(program.operands) if op.broadcast]
-    return args + [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK_D: tl.constexpr"]
-
-
-def _offsets(program: Program, rows: str) -> list[str]:
-    """Row offsets: a full operand starts at row * D, a broadcast one at (row % its rows) * D."""
-    return [f"base = {rows}.to(tl.int64) * D"] + [
-        f"o{i} = ({rows} % r{i}).to(tl.int64) * D" for i, op in enumerate(program.operands) if op.broadcast]
-
-
 def _line(program: Program, line: Line, axis: int, carried: bool) -> list[str]:
     """A pointwise line, or a scan of the chunk along `axis` (combined with the carry of the chunks before it)."""
     if line.scan is None:
-        offset = f"o{line.load}" if line.load is not None and program.operands[line.load].broadcast else "base"
-        return [line_source(line, f"{offset} + cols")]
+        return [rows.pointwise(program, line)]
     how, masked = line.scan, f"m_{line.name}"
     scanned = f"tl.associative_scan({masked}, {axis}, {_HELPERS[how]})"
     lines = [f"{masked} = tl.where(mask, {line.deps[0]}, {_IDENTITY[how]})"]
@@ -87,55 +68,34 @@ def _line(program: Program, line: Line, axis: int, carried: bool) -> list[str]:
 
 
 def _resident(program: Program) -> str:
-    body = ["row = tl.program_id(0)", *_offsets(program, "row"), "cols = tl.arange(0, BLOCK_D)", "mask = cols < D"]
+    body = ["row = tl.program_id(0)", *rows.offsets(program, "row"), "cols = tl.arange(0, BLOCK_D)", "mask = cols < D"]
     body += [s for line in program.lines for s in _line(program, line, 0, carried=False)]
     body.append(store_source(program, "base + cols"))
-    return jit_source("_kf_scan_resident", _args(program), body)
+    return jit_source("_kf_scan_resident", rows.args(program), body)
 
 
 def _looped(program: Program) -> str:
     """One pass over the row in chunks; each scan's carry is the combined total of the chunks before."""
-    body = ["row = tl.program_id(0)", *_offsets(program, "row")]
+    body = ["row = tl.program_id(0)", *rows.offsets(program, "row")]
     body += [f"carry_{ln.name} = tl.full([], {_IDENTITY[ln.scan]}, tl.float32)" for ln in program.lines if ln.scan]
     inner = ["cols = start + tl.arange(0, BLOCK_D)", "mask = cols < D"]
     inner += [s for line in program.lines for s in _line(program, line, 0, carried=True)]
     inner += [store_source(program, "base + cols"), "start += BLOCK_D"]
     body += ["start = 0", "while start < D:", *("    " + s for s in inner)]  # range(0, D) fails under the interpreter
-    return jit_source("_kf_scan_looped", _args(program), body)
+    return jit_source("_kf_scan_looped", rows.args(program), body)
 
 
 def _rows(program: Program) -> str:
     """ROWS rows per program as a [ROWS, BLOCK_D] tile scanned along axis 1; rows past R are masked."""
-    body = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", *_offsets(program, "rows"),
+    body = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", *rows.offsets(program, "rows"),
             "cols = tl.arange(0, BLOCK_D)[None, :]", "mask = (rows < R) & (cols < D)"]
     body += [s for line in program.lines for s in _line(program, line, 1, carried=False)]
     body.append(store_source(program, "base + cols"))
-    args = _args(program)
-    return jit_source("_kf_scan_rows", [*args[:-1], "R", "ROWS: tl.constexpr", args[-1]], body)
+    return jit_source("_kf_scan_rows", rows.args(program, "R", "ROWS: tl.constexpr"), body)
 
 
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:
-    full, cap, warps = f"p{program.full}", params["max_block_d"], params["num_warps"]
-    call = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
-    call += [f"p{i}.numel() // D" for i, op in enumerate(program.operands) if op.broadcast]
-    launch = ", ".join(call + list(program.scalars))
-    head = [*operand_prologue(program), output_alloc(program), f"D = {full}.shape[-1]", f"rows = {full}.numel() // D",
-            "block_d = triton.next_power_of_2(D)"]
-    tiled = []
-    if "min_tile" in params:
-        tile = params["min_tile"]
-        tiled = [f"if block_d < {tile}:",
-                 f"    per = {tile} // block_d",
-                 f"    _kf_scan_rows[(triton.cdiv(rows, per),)]({launch}, rows, ROWS=per, BLOCK_D=block_d, "
-                 f"num_warps=max(1, min({warps}, {tile} // 256)))",
-                 "    return out"]
-    return head + tiled + [
-        f"if block_d <= {cap}:",
-        f"    _kf_scan_resident[(rows,)]({launch}, BLOCK_D=block_d, num_warps=max(1, min({warps}, block_d // 256)))",
-        "else:",
-        f"    _kf_scan_looped[(rows,)]({launch}, BLOCK_D={cap}, num_warps={warps})",
-        "return out",
-    ]
+    return rows.head(program) + rows.dispatch(program, params, "_kf_scan_rows", "_kf_scan_resident", "_kf_scan_looped")
 
 
 def render(plan: Plan, params: dict[str, Any]) -> str:

@@ -1,0 +1,63 @@
+"""What the one-program-per-row families (rowwise, scan) share: the kernel arguments, the row offsets, a pointwise
+line's load address, the launch arguments, and the forward's choice between a multi-row tile, a resident row and
+a looped row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stages.templates.program import Line, Program
+from stages.templates.source import line_source, operand_prologue, output_alloc
+
+
+def args(program: Program, *extra: str) -> list[str]:
+    """Kernel arguments: operands, out, D, each broadcast operand's row count, scalars, `extra`, BLOCK_D."""
+    out = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
+    out += [f"r{i}" for i, op in enumerate(program.operands) if op.broadcast]
+    return out + [f"s{i}" for i in range(len(program.scalars))] + [*extra, "BLOCK_D: tl.constexpr"]
+
+
+def offsets(program: Program, rows: str) -> list[str]:
+    """Row offsets: a full operand starts at row * D, a broadcast one at (row % its rows) * D."""
+    return [f"base = {rows}.to(tl.int64) * D"] + [
+        f"o{i} = ({rows} % r{i}).to(tl.int64) * D" for i, op in enumerate(program.operands) if op.broadcast]
+
+
+def pointwise(program: Program, line: Line) -> str:
+    offset = f"o{line.load}" if line.load is not None and program.operands[line.load].broadcast else "base"
+    return line_source(line, f"{offset} + cols")
+
+
+def launch(program: Program) -> str:
+    """The launch arguments matching `args` (without extra and BLOCK_D)."""
+    call = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
+    call += [f"p{i}.numel() // D" for i, op in enumerate(program.operands) if op.broadcast]
+    return ", ".join(call + list(program.scalars))
+
+
+def head(program: Program) -> list[str]:
+    """The forward's first lines: operands, output, row length D, rows and the row's power-of-two block."""
+    full = f"p{program.full}"
+    return [*operand_prologue(program), output_alloc(program), f"D = {full}.shape[-1]", f"rows = {full}.numel() // D",
+            "block_d = triton.next_power_of_2(D)"]
+
+
+def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str, looped: str) -> list[str]:
+    """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one, the rest
+    to the looped one."""
+    cap, warps, call = params["max_block_d"], params["num_warps"], launch(program)
+    lines = []
+    if "min_tile" in params:
+        tile = params["min_tile"]
+        lines = [f"if block_d < {tile}:",
+                 f"    per = {tile} // block_d",
+                 f"    {tiled}[(triton.cdiv(rows, per),)]({call}, rows, ROWS=per, BLOCK_D=block_d, "
+                 f"num_warps=max(1, min({warps}, {tile} // 256)))",
+                 "    return out"]
+    return lines + [
+        f"if block_d <= {cap}:",
+        f"    {resident}[(rows,)]({call}, BLOCK_D=block_d, num_warps=max(1, min({warps}, block_d // 256)))",
+        "else:",
+        f"    {looped}[(rows,)]({call}, BLOCK_D={cap}, num_warps={warps})",
+        "return out",
+    ]
