@@ -67,8 +67,7 @@ RULES: dict[str, Callable[[Params, Action], list[Params]]] = {
     "increase_ilp": lambda p, a: _moves(p, ("BLOCK", 2), ("num_warps", 0.5), ("BLOCK_N", 2), ("min_tile", 2)),
     "vectorize_access": lambda p, a: _moves(p, ("BLOCK", 2), ("num_warps", 0.5)),
     "reduce_dram_traffic": lambda p, a: _moves(p, ("max_block_d", 2), ("GROUP_M", 2), ("BLOCK_M", 2), ("BLOCK_N", 2)),
-    "use_tensor_cores": lambda p, a: _moves(p, ("BLOCK_K", 2)),
-    "feed_tensor_cores": lambda p, a: _moves(p, ("num_stages", 2), ("BLOCK_N", 2), ("BLOCK_M", 2), ("GROUP_M", 2)),  # fp32 IEEE dots stay FMA: policy (TF32) decides
+    "feed_tensor_cores": lambda p, a: _moves(p, ("num_stages", 2), ("BLOCK_N", 2), ("BLOCK_M", 2), ("GROUP_M", 2)),
 }
 
 _NOT_PARAMETERS = {
@@ -89,8 +88,9 @@ def why_not(action: Action, params: Params) -> str:
     """Why `action` gave no parameter set for these params."""
     if action.kind in _NOT_PARAMETERS:
         return f"{action.kind}: {_NOT_PARAMETERS[action.kind]}"
-    if action.kind == "use_tensor_cores" and "BLOCK_K" in params:
-        return f"{action.kind}: fp32 products use the tensor cores only where the policy allows TF32"
+    if action.kind == "use_tensor_cores":  # tl.dot already uses them for bf16/fp16 (and TF32 where allowed)
+        return (f"{action.kind}: no template parameter moves a product onto the tensor cores; fp32 products use "
+                "them only where the policy allows TF32")
     return f"{action.kind}: no parameter of {sorted(params)} expresses it within bounds"
 
 
