@@ -30,6 +30,7 @@ class Winner(BaseModel):
     speedup_vs_eager: float
     speedup_vs_compile: float | None  # None when torch.compile was not timed
     best_candidate_id: str | None
+    best_speedup_vs_compile: float | None  # the best candidate's, from its own benchmark call
     baselines: dict[str, float]  # each baseline's geomean speedup over eager (eager: 1.0)
     text: str  # one line for the report
 
@@ -71,7 +72,7 @@ def winner(store: Store, run_id: str) -> Winner | None:
     if cand_e is not None and best_id is not None and cand_e > contenders[baseline]:
         vs_compile = cand_e / contenders["compile"] if "compile" in contenders else None
         return Winner(id=best_id, is_baseline=False, speedup_vs_eager=cand_e, speedup_vs_compile=vs_compile,
-                      best_candidate_id=best_id, baselines=contenders,
+                      best_candidate_id=best_id, best_speedup_vs_compile=cand_c, baselines=contenders,
                       text=f"winner: candidate {best_id}, {cand_e:.3f}x eager"
                            + (f", {vs_compile:.3f}x torch.compile" if vs_compile else ""))
     speed = contenders[baseline]
@@ -82,6 +83,6 @@ def winner(store: Store, run_id: str) -> Winner | None:
         why = f"the best candidate {best_id} reached {cand_e:.3f}x eager" + (
             f", {cand_e / speed:.3f}x {BASELINE_NAMES[baseline]}" if baseline != "eager" else "")
     return Winner(id=baseline, is_baseline=True, speedup_vs_eager=speed, speedup_vs_compile=vs_compile,
-                  best_candidate_id=best_id, baselines=contenders,
+                  best_candidate_id=best_id, best_speedup_vs_compile=cand_c, baselines=contenders,
                   text=f"winner: the baseline {BASELINE_NAMES[baseline]} ({speed:.3f}x eager); {why}; "
                        "keep what you have")

@@ -1,6 +1,7 @@
 """The optimize flow: [generate → compile → verify → benchmark (→ profile → refine when promoted)]* under a
 budget, greedy; then the baselines are profiled once. The result is the fastest of the best candidate, eager
-and torch.compile (the seeds rule, artifacts/winner.py): never slower than what the user already has.
+and torch.compile by geomean over the timed shapes (the seeds rule, artifacts/winner.py), so not slower than
+what the user already has on that measure (a winning candidate may still lose on one shape).
 
 Thin by design: stages do the work, tasks declare resilience, the store keeps every artifact. Stop
 conditions raise StopSearch with their reason and are caught in one place.
@@ -68,7 +69,6 @@ class Run:
         self.verified = 0
         self.profiling = profiling
         self.compiled: dict[str, CompileResult] = {}
-        self.vs_compile: dict[str, float | None] = {}
         self.actions: dict[str, list[Action]] = {}  # per profiled candidate: its findings' actions, causes first
         self.promoted_structures: list[str] = []
         store.append("problems", self.id, [problem])
@@ -84,7 +84,7 @@ class Run:
             status=status, stop_reason=reason, updated_at=_now(), n_candidates=len(self.tried),
             n_verified=self.verified, best_candidate_id=self.best[1].id if self.best else None,
             best_speedup_vs_eager=self.best[0] if self.best else None,
-            best_speedup_vs_compile=self.vs_compile.get(self.best[1].id) if self.best else None,
+            best_speedup_vs_compile=won.best_speedup_vs_compile if won else None,
             winner=won.id if won else None, winner_speedup_vs_eager=won.speedup_vs_eager if won else None,
             winner_note=(won.text + (" (on CPU times, which say nothing about GPU speed)" if self.device == "cpu"
                                       else "")) if won else ""))
@@ -114,7 +114,6 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baselin
     if timed.status != "ok":
         return None
     run.verified += 1
-    run.vs_compile[candidate.id] = timed.speedup_vs_compile
     return timed.speedup_vs_eager
 
 

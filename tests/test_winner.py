@@ -36,6 +36,7 @@ def test_a_candidate_wins_only_when_faster_than_every_baseline(tmp_path: Path):
     call(store, "slow", {"candidate": [300, 300], "eager": [400, 400], "compile": [200, 200]})
     won = winner(store, "r")
     assert won is not None and won.is_baseline and won.id == "compile" and won.best_candidate_id == "slow"
+    assert abs(won.best_speedup_vs_compile - 2 / 3) < 1e-9  # the candidate's own call: what the runs row keeps
     assert abs(won.speedup_vs_eager - 2.0) < 1e-9 and "torch.compile" in won.text and "0.667x torch.compile" in won.text
     call(store, "fast", {"candidate": [100, 150], "eager": [400, 420], "compile": [210, 190]})
     won = winner(store, "r")
