@@ -44,13 +44,15 @@ DEFECTS = ROOT / "tests" / "fixtures" / "defects"
 # cheapest ncu first; launch_bound (100 launches under ncu) last among the defects
 DEFECT_NAMES = ["uncoalesced_access", "spills", "low_occupancy", "bank_conflicts", "warp_divergence", "tail_wave",
                 "dram_excess", "tensor_cores_unused", "costly_instructions", "long_scoreboard", "fma_low_ilp",
-                "launch_bound"]
+                "launch_bound", "tensor_pipe_underfed"]
+# A defect that is a suite problem's own benchmarked candidate runs against that problem, not a copy of it.
+SUITE_PROBLEM = {"tensor_pipe_underfed": ROOT / "problems" / "10_matmul_bf16.py"}
 BUILTIN_PROBLEMS = ["01_softmax", "05_gelu_tanh", "15_add_rmsnorm"]
 
 
 def entries() -> list[tuple[str, Path, Path | None, str | None]]:
     """(name, problem file, candidate file or None for the builtin proposer's first, expected tool)."""
-    rows = [(d, DEFECTS / f"{d}_problem.py", DEFECTS / f"{d}.py", d) for d in DEFECT_NAMES]
+    rows = [(d, SUITE_PROBLEM.get(d, DEFECTS / f"{d}_problem.py"), DEFECTS / f"{d}.py", d) for d in DEFECT_NAMES]
     return rows + [(f"builtin_{p}", ROOT / "problems" / f"{p}.py", None, None) for p in BUILTIN_PROBLEMS]
 
 

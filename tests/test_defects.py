@@ -4,6 +4,7 @@ Their real test is on a GPU (scripts/capture_ncu_fixtures.py: does the tool fire
 every Triton candidate verifies on CPU through the interpreter and every CUDA candidate builds for sm_90a.
 """
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -14,18 +15,25 @@ from stages.executor import run_stage
 from stages.problem import load_problem
 from stages.tools import TOOLS
 
-DEFECTS = Path(__file__).parent / "fixtures" / "defects"
-NAMES = sorted(p.stem.removesuffix("_problem") for p in DEFECTS.glob("*_problem.py"))
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("capture_ncu_fixtures", ROOT / "scripts" / "capture_ncu_fixtures.py")
+CAPTURE = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(CAPTURE)
+# (problem file, candidate file) per defect, as the GPU capture runs them
+ENTRIES = {name: (problem, cand) for name, problem, cand, expected in CAPTURE.entries() if expected}
 
 
-def test_one_defect_per_tool():
-    assert set(NAMES) == set(TOOLS)
+def test_one_defect_per_tool_and_every_file_used():
+    assert set(ENTRIES) == set(TOOLS)
+    files = {p for pair in ENTRIES.values() for p in pair}
+    assert set(CAPTURE.DEFECTS.glob("*.py")) <= files  # no defect file that the capture would skip
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_defect_is_a_correct_kernel(name: str, tmp_path: Path):
-    problem = load_problem(DEFECTS / f"{name}_problem.py")
-    source = (DEFECTS / f"{name}.py").read_text()
+    problem_path, candidate_path = ENTRIES[name]
+    problem = load_problem(problem_path)
+    source = candidate_path.read_text()
     if "load_inline" in source:  # runs only on a GPU; here its CUDA source must build for sm_90a
         cuda = Candidate.make(problem.id, "cuda", source, Origin(kind="user", proposer="defect"))
         built = compile_stage.run(CompileRequest(candidate=cuda, problem=problem, workdir=str(tmp_path / "c"),
