@@ -27,6 +27,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,14 +117,7 @@ def profile_only(args: argparse.Namespace) -> None:
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None  # None: a CPU dry run
     work = Path(args.store) / "profile-only"
-    deadline = time.monotonic() + args.max_minutes * 60
-    for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
-        data = json.loads(dest.read_text())
-        if args.skip_done and data.get("profiles"):
-            continue
-        if time.monotonic() > deadline:
-            print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
-            break
+    for dest, data in pending(args, "profiles"):
         started = time.monotonic()
         problem = load_problem(ROOT / "problems" / f"{dest.stem}.py")
         workload = problem.gpu_workloads[0].name
@@ -147,6 +141,20 @@ def profile_only(args: argparse.Namespace) -> None:
         data["profiles"] = out
         data["profile_wall_s"] = round(time.monotonic() - started, 1)
         dest.write_text(json.dumps(data, indent=1, default=str))  # on the GPU machine: tar bench/ into $OUT
+
+
+def pending(args: argparse.Namespace, key: str) -> Iterator[tuple[Path, dict]]:
+    """The selected results (and their data) that lack `key` (all of them without --skip-done), until
+    --max-minutes has passed."""
+    deadline = time.monotonic() + args.max_minutes * 60
+    for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
+        data = json.loads(dest.read_text())
+        if args.skip_done and data.get(key):
+            continue
+        if time.monotonic() > deadline:
+            print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
+            return
+        yield dest, data
 
 
 def rebuild(problem: Problem, data: dict) -> Candidate | None:
@@ -175,14 +183,7 @@ def max_autotune(args: argparse.Namespace) -> None:
     from stages.problem import load_problem
 
     work = Path(args.store) / "max-autotune"
-    deadline = time.monotonic() + args.max_minutes * 60
-    for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
-        data = json.loads(dest.read_text())
-        if args.skip_done and data.get("max_autotune"):
-            continue
-        if time.monotonic() > deadline:
-            print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
-            break
+    for dest, data in pending(args, "max_autotune"):
         problem = load_problem(ROOT / "problems" / f"{dest.stem}.py")
         req = BenchmarkRequest(problem=problem, candidate=rebuild(problem, data), device="cuda", sizes="gpu",
                                baselines=["eager", "compile", "compile_max"], workdir=str(work / dest.stem),
