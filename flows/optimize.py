@@ -191,7 +191,8 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
 def optimize(problem_path: str, budget: int = 8, store: str | None = None, device: Device | None = None,
              sizes: SizeSet | None = None, proposer: str = "builtin", backend: Backend | None = None,
              baselines: list[Baseline] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
-             stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True, policy: dict | None = None) -> dict:
+             stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True, baseline_profiles: bool = True,
+             policy: dict | None = None) -> dict:
     problem = load_problem(problem_path)
     if policy:  # a campaign's policy overrides the problem's for every stage (Policy's fields, e.g. allow_tf32)
         problem = problem.model_copy(update={"policy": Policy(**{**problem.policy.model_dump(), **policy})})
@@ -201,7 +202,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
               "as such and never compared with GPU numbers.")
     sizes = sizes or defaults.timed_sizes(problem, device)
     baselines = baselines if baselines is not None else defaults.baselines(device)
-    run = Run(problem, Store(store), device, sizes, budget, proposer, ProfilingPolicy(enabled=profile))
+    profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
+    run = Run(problem, Store(store), device, sizes, budget, proposer, profiling)
     print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), budget {budget}, store {run.store.root}")
     try:
         greedy(run, budget, wall_time_s, proposer, backend, seed,

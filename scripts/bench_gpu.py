@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+from artifacts.leaderboard import leaderboard  # noqa: E402
 from artifacts.store import Store  # noqa: E402
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict
         for b in base.itertuples():
             out["workloads"].setdefault(b.workload, {})[b.contender] = [b.median_us, b.ci_low_us, b.ci_high_us]
     out["profiles"] = profiles_of(store, run_id, best)
+    board = leaderboard(store, run_id)  # every candidate tried: family, parameters, status or failure reason
+    out["leaderboard"] = json.loads(board.to_json(orient="records"))
     if not base.empty:
         p = base.iloc[0]
         out["provenance"] = {k.removeprefix("provenance_"): (None if isinstance(v, float) and math.isnan(v) else v)
@@ -265,7 +268,7 @@ def run(args: argparse.Namespace) -> None:
             break
         started = time.monotonic()
         summary = optimize(str(path), budget=args.budget, store=args.store, device="cuda", sizes="gpu",
-                           wall_time_s=args.wall_time)
+                           wall_time_s=args.wall_time, baseline_profiles=not args.no_baseline_profiles)
         data = summarize(Store(args.store), summary["run_id"], path.stem, time.monotonic() - started)
         dest.write_text(json.dumps(data, indent=1, default=str))
         if os.environ.get("OUT"):
@@ -401,6 +404,8 @@ if __name__ == "__main__":
     ap.add_argument("--wall-time", type=float, default=300.0, help="per problem, seconds")
     ap.add_argument("--max-minutes", type=float, default=8.0, help="start no new problem after this")
     ap.add_argument("--skip-done", action="store_true")
+    ap.add_argument("--no-baseline-profiles", action="store_true", help="search without profiling eager and "
+                    "torch.compile (about 70 s a problem saved; --profile-only adds them later)")
     ap.add_argument("--store", default=str(ROOT / "runs-bench"))
     ap.add_argument("--results", default=str(ROOT / "bench" / "results"), help="where the per-problem JSON live")
     ap.add_argument("--render", action="store_true", help="print the BENCHMARKS.md tables from bench/results")

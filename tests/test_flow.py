@@ -44,6 +44,8 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
     assert set(cells) == {"candidate", "eager"} and cells["eager"]["bound"] == "memory"
     row = {"problem": "17", "profiles": cells}
     assert "| best candidate | memory | none |" in bench.render_profiles([row])
+    data = bench.summarize(Store(str(tmp_path)), summary["run_id"], "17_elementwise_chain", 1.0)
+    assert {r["candidate_id"] for r in data["leaderboard"]} >= {summary["best_candidate_id"], "eager"}
     for blob in tables["verifications"].blobs:
         for sha in json.loads(blob).values():
             assert (tmp_path / "blobs" / sha[:2] / sha).is_file()
