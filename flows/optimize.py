@@ -70,6 +70,7 @@ class Run:
         self.profiling = profiling
         self.compiled: dict[str, CompileResult] = {}
         self.actions: dict[str, list[Action]] = {}  # per profiled candidate: its findings' actions, causes first
+        self.mismatched: list[Candidate] = []  # candidates verify rejected only for accuracy, oldest first
         self.promoted_structures: list[str] = []
         store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
@@ -105,6 +106,8 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baselin
                                          sizes=defaults.verified_sizes(problem, run.device, run.sizes),
                                          **run.request_fields(candidate, "verify", timeout_s)), mode)
     store.append("verifications", run.id, [verified])
+    if verified.failure_kind == "mismatch":
+        run.mismatched.append(candidate)
     if verified.status != "ok":
         return None
     timed = benchmark_task(BenchmarkRequest(problem=problem, candidate=candidate, device=run.device, sizes=run.sizes,
@@ -162,7 +165,8 @@ def profile_and_refine(run: Run, req: ProfileRequest, mode: Mode, compiled: Comp
 
 def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Backend | None, seed: int,
            evaluate_one, profile_one) -> None:
-    """Propose from the incumbent, evaluate, keep the best; raises StopSearch with the reason."""
+    """Propose from the incumbent (with no incumbent yet, from the latest candidate verify rejected for accuracy,
+    asking for more precision), evaluate, keep the best; raises StopSearch with the reason."""
     started = time.monotonic()
     progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
     while True:
@@ -171,9 +175,12 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
         if time.monotonic() - started > wall_time_s:
             raise StopSearch(f"wall-time budget of {wall_time_s:.0f} s spent")
         parent = run.best[1] if run.best else None
+        actions = run.actions.get(parent.id, []) if parent else []
+        if parent is None and run.mismatched:  # nothing verified yet: repair the latest accuracy failure
+            parent, actions = run.mismatched[-1], [Action(kind="raise_precision")]
         proposed = generate_task(GenerateRequest(problem=run.problem, n=1, proposer=proposer, backend=backend,
-                                                 parent=parent, actions=run.actions.get(parent.id, []) if parent else [],
-                                                 exclude_ids=run.tried, seed=seed + len(run.tried)))
+                                                 parent=parent, actions=actions, exclude_ids=run.tried,
+                                                 seed=seed + len(run.tried)))
         if not proposed.candidates:
             raise StopSearch(f"proposer {proposer!r} has nothing more to propose: {proposed.message}")
         for candidate in proposed.candidates:

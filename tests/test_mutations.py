@@ -65,3 +65,11 @@ def test_the_proposer_tries_the_parents_actions_first():
 def test_underfed_tensor_cores_deepen_the_pipeline_then_grow_the_tile():
     moves = apply(Action(kind="feed_tensor_cores", params={"num_stages": "+1"}), MATMUL)
     assert moves[:3] == [{**MATMUL, "num_stages": 4}, {**MATMUL, "BLOCK_N": 128}, {**MATMUL, "BLOCK_M": 256}]
+
+
+def test_raise_precision_splits_attentions_probabilities_and_nothing_else():
+    attention = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "split_p": False}
+    assert apply(Action(kind="raise_precision"), attention) == [{**attention, "split_p": True}]
+    assert apply(Action(kind="raise_precision"), {**attention, "split_p": True}) == []  # already split
+    assert apply(Action(kind="raise_precision"), MATMUL) == []
+    assert "fp32" in why_not(Action(kind="raise_precision"), MATMUL)

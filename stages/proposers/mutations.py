@@ -4,7 +4,8 @@ template parameters, gives the parameter sets to try next; `explore` gives plain
 Rules are keyed on parameter names, not on families, so a family gets every move its parameters allow:
 - num_warps, num_stages: Triton's warps per program and software-pipelining depth;
 - BLOCK, BLOCK_M/N/K: tile sizes; max_block_d: the widest row kept in registers (rowwise); min_tile: elements per
-  program for narrow rows (rowwise); GROUP_M: tile-order grouping for L2 reuse (matmul).
+  program for narrow rows (rowwise); GROUP_M: tile-order grouping for L2 reuse (matmul); split_p: the probabilities
+  as two half-precision operands (attention), the one precision move (raise_precision, after a verify mismatch).
 Each move returns the changed parameter sets, nearest first; an action no parameter can express returns none and
 `why_not` says so (shared-memory padding, divergence and instruction choice are not template parameters).
 """
@@ -68,6 +69,7 @@ RULES: dict[str, Callable[[Params, Action], list[Params]]] = {
     "vectorize_access": lambda p, a: _moves(p, ("BLOCK", 2), ("num_warps", 0.5)),
     "reduce_dram_traffic": lambda p, a: _moves(p, ("max_block_d", 2), ("GROUP_M", 2), ("BLOCK_M", 2), ("BLOCK_N", 2)),
     "feed_tensor_cores": lambda p, a: _moves(p, ("num_stages", 2), ("BLOCK_N", 2), ("BLOCK_M", 2), ("GROUP_M", 2)),
+    "raise_precision": lambda p, a: [{**p, "split_p": True}] if p.get("split_p") is False else [],
 }
 
 _NOT_PARAMETERS = {
@@ -88,6 +90,9 @@ def why_not(action: Action, params: Params) -> str:
     """Why `action` gave no parameter set for these params."""
     if action.kind in _NOT_PARAMETERS:
         return f"{action.kind}: {_NOT_PARAMETERS[action.kind]}"
+    if action.kind == "raise_precision":
+        return (f"{action.kind}: no parameter of {sorted(params)} rounds less (the templates accumulate in fp32; "
+                "only attention's split_p adds precision)")
     if action.kind == "use_tensor_cores":  # tl.dot already uses them for bf16/fp16 (and TF32 where allowed)
         return (f"{action.kind}: no template parameter moves a product onto the tensor cores; fp32 products use "
                 "them only where the policy allows TF32")

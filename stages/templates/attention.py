@@ -10,7 +10,13 @@ padded to a power of two >= 16 with masks. K-loops as in matmul.py: `for ... in 
 num_stages), `while` in the interpreter. Declined: attn_mask, dropout, GQA, q/k/v of different shapes, D > 256.
 Causality and scale are read per workload (each is traced): a value that changes between workloads must follow a
 model attribute (or, for the scale, 1/sqrt(D)), which the candidate then reads at run time.
-Parameters: BLOCK_M, BLOCK_N, num_warps, num_stages.
+Half precision rounds the probabilities p to bf16/fp16 for the p v product, as flash kernels do: a relative error
+of 2^-9 (bf16) per weight, which on rows that average few keys (the first rows of a causal mask) can reach the
+problem's tolerance (emulated in float64 on 2 x 16 x 8192 x 128 causal randn inputs: 1.4-1.7x the tolerance of
+problems/22; the H200 run measured 1.1x). `split_p` adds p's rounding error as a second bf16 operand, p_hi + p_lo,
+in a second dot: 1.5x the tensor-core work, ~16 significant bits per weight (emulated: 0.18x). The proposer tries
+it after a mismatch (the raise_precision action, flows/optimize.py) or after the plain variants.
+Parameters: BLOCK_M, BLOCK_N, num_warps, num_stages, split_p (half precision only).
 """
 
 from __future__ import annotations
@@ -294,13 +300,16 @@ def variants(plan: Plan) -> list[dict[str, Any]]:
     padded = max(64, 1 << (plan.head_dim - 1).bit_length())
     configs = _HALF[padded] if plan.half else _FP32
     keys = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")
-    return [dict(zip(keys, config, strict=True)) for config in configs]
+    plain = [dict(zip(keys, config, strict=True)) for config in configs]
+    if not plan.half:  # fp32 probabilities are never rounded: nothing to split
+        return plain
+    return [{**p, "split_p": False} for p in plain] + [{**p, "split_p": True} for p in plain]
 
 
 _BLOCK = '''@triton.jit
 def _kf_attention_block(acc, l_i, m_i, q_tile, k_base, v_base, start_n, rows, S, qk_scale, stride_ks, stride_kd,
                         stride_vs, stride_vd, HEAD_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                        MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr):
+                        MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr):
     """One key block: scores, the online-softmax update of the running max and sum, and p @ v into acc."""
     cols = start_n + tl.arange(0, BLOCK_N)
     rd = tl.arange(0, BLOCK_D)
@@ -319,11 +328,17 @@ def _kf_attention_block(acc, l_i, m_i, q_tile, k_base, v_base, start_n, rows, S,
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(qk - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    p = p.to(v_base.dtype.element_ty)
+    p_hi = p.to(v_base.dtype.element_ty)
+    if SPLIT_P:  # the rounding error of p_hi, itself rounded: p_hi + p_lo carries ~16 significant bits, not 8
+        p_lo = (p - p_hi.to(tl.float32)).to(v_base.dtype.element_ty)
     if UPCAST:
-        p = p.to(tl.float32)
+        p_hi = p_hi.to(tl.float32)
         v_tile = v_tile.to(tl.float32)
-    acc = tl.dot(p, v_tile, acc * alpha[:, None]{dot})
+    acc = tl.dot(p_hi, v_tile, acc * alpha[:, None]{dot})
+    if SPLIT_P:
+        if UPCAST:
+            p_lo = p_lo.to(tl.float32)
+        acc = tl.dot(p_lo, v_tile, acc{dot})
     return acc, l_i, m_new
 '''
 
@@ -331,7 +346,8 @@ _MAIN = '''@triton.jit
 def _kf_attention(q, k, v, out, qk_scale, H, S, stride_qb, stride_qh, stride_qs, stride_qd, stride_kb, stride_kh,
                   stride_ks, stride_kd, stride_vb, stride_vh, stride_vs, stride_vd, stride_ob, stride_oh, stride_os,
                   stride_od, HEAD_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, INTERPRETED: tl.constexpr):
+                  BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, SPLIT_P: tl.constexpr,
+                  INTERPRETED: tl.constexpr):
     pid_m = tl.program_id(0)
     if CAUSAL:  # the longest rows first
         pid_m = tl.num_programs(0) - 1 - pid_m
@@ -379,7 +395,7 @@ def _kf_attention(q, k, v, out, qk_scale, H, S, stride_qb, stride_qh, stride_qs,
 def _kernels(plan: AttentionPlan) -> list[str]:
     dot = "" if plan.half else f', input_precision="{plan.precision}"'
     step = ("acc, l_i, m_i = _kf_attention_block(acc, l_i, m_i, q_tile, k_base, v_base, start_n, rows, S, qk_scale, "
-            "stride_ks, stride_kd, stride_vs, stride_vd, HEAD_D, BLOCK_N, BLOCK_D, {masked}, CAUSAL, UPCAST)")
+            "stride_ks, stride_kd, stride_vs, stride_vd, HEAD_D, BLOCK_N, BLOCK_D, {masked}, CAUSAL, UPCAST, SPLIT_P)")
     main = _MAIN.replace("{unmasked}", " " * 12 + step.format(masked="False"))
     main = main.replace("{masked}", " " * 12 + step.format(masked="True"))
     return [_BLOCK.replace("{dot}", dot), main]
@@ -391,7 +407,8 @@ def _forward(plan: AttentionPlan, params: dict[str, Any]) -> list[str]:
     call = ["q", "k", "v", "out", f"({plan.scale}) * {_LOG2E}", "H", "S", "*q.stride()", "*k.stride()", "*v.stride()",
             "*out.stride()", "HEAD_D=D", f"BLOCK_M={params['BLOCK_M']}", f"BLOCK_N={params['BLOCK_N']}",
             "BLOCK_D=max(16, triton.next_power_of_2(D))", f"CAUSAL=bool({plan.causal})",
-            f"UPCAST={on_cpu if plan.half else 'False'}", f"INTERPRETED={on_cpu}",
+            f"UPCAST={on_cpu if plan.half else 'False'}", f"SPLIT_P={bool(params.get('split_p', False))}",
+            f"INTERPRETED={on_cpu}",
             f"num_warps={params['num_warps']}", f"num_stages={params['num_stages']}"]
     return [
         *([] if (plan.q, plan.k, plan.v) == ("q", "k", "v") else [f"q, k, v = {plan.q}, {plan.k}, {plan.v}"]),
