@@ -159,7 +159,7 @@ def profile_and_refine(run: Run, req: ProfileRequest, mode: Mode, compiled: Comp
     feedback = refine_task(RefineRequest(evidence=evidence(run.problem, compiled, profiled, gpu)))
     run.store.append("feedback", run.id, [feedback])
     if req.candidate is not None:  # what the proposer may act on when this candidate is the parent
-        run.actions[req.candidate.id] = [f.action for f in feedback.findings if not f.explained_by]
+        run.actions[req.candidate.id] = [f.action for f in feedback.findings if not (f.explained_by or f.not_own)]
     print(f"profile of {req.subject_id}:\n{feedback.text}")
 
 

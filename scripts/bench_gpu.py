@@ -86,7 +86,8 @@ def profile_cell(p: dict, bound: str | None, findings: list[dict]) -> dict:
     return {"workload": p["workload"], "status": p["status"], "counters": p["counters"],
             "bound": bound or p.get("bound"), "sol_fraction": p.get("sol_fraction"),
             "energy_j_per_call": p.get("energy_j_per_call"), "time_us": p.get("time_us"),
-            "tools": [f["tool"] + (f"<{f['explained_by']}" if f.get("explained_by") else "") for f in findings],
+            "tools": [f["tool"] + (f"<{f['explained_by']}" if f.get("explained_by") else "")
+                      + (" (library kernel)" if f.get("not_own") else "") for f in findings],
             "note": "" if p["status"] == "ok" and p["counters"] == "ncu" else
             (p.get("message") or "")[:160] + " " + (p.get("counters_reason") or "")[:160]}
 

@@ -396,6 +396,8 @@ class Finding(Contract):
     evidence: dict[str, float | int | str | None] = Field(default_factory=dict, description="the numbers used")
     explained_by: str | None = Field(default=None, description="tool whose finding on the same kernel likely "
                                      "causes this one (fix that first); None: a cause in its own right")
+    not_own: bool = Field(default=False, description="the kernel is not one the candidate compiled (a vendor "
+                          "library's, e.g. cuBLAS): context, not an action on the candidate's code")
 
 
 class Feedback(Contract):

@@ -4,9 +4,10 @@
 counted work), runs the tools that class selects (stages.tools.select) and keeps their findings (below
 MIN_SEVERITY they are noise and dropped): causes first, most severe first, then the findings another finding on
 the same kernel explains (a tool's EXPLAINS: e.g. long-scoreboard stalls under low occupancy), marked
-`explained_by`; at most max_findings. It renders `text`: a compact plain-words block for a generator's prompt
-(class, time against the SOL floor, then each finding as diagnosis -> recommendation). Pure: no GPU, no I/O, no
-Prefect.
+`explained_by`, and last those on a kernel the candidate did not compile (a library call's: `not_own`, context
+for a generator, never an action for the builtin proposer); at most max_findings. It renders `text`: a compact
+plain-words block for a generator's prompt (class, time against the SOL floor, then each finding as diagnosis ->
+recommendation). Pure: no GPU, no I/O, no Prefect.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from stages.instantiate import BASELINE_LABELS
 from stages.peaks import peaks_for
 from stages.profile import TARGET_GPU
 from stages.roofline import count_work
-from stages.tools import Evidence, explains, select
+from stages.tools import Evidence, base_name, explains, select
 
 MIN_SEVERITY = 0.01  # findings estimated to recover less than 1% of the time are left out
+NOT_OWN = ("a library kernel the candidate calls, not its code: another library call, layout or precision, or "
+           "writing this part itself, would change it")
 
 
 class RefineRequest(Contract):
@@ -42,8 +45,8 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
     for i, f in enumerate(findings, 1):
         where = f" in {f.kernel}" if f.kernel else ""
         cause = f", likely a consequence of {f.explained_by}" if f.explained_by else ""
-        lines.append(f"{i}. [{f.tool}, ~{f.severity:.0%} of the time{cause}]{where}: {f.diagnosis} -> "
-                     f"{f.recommendation}")
+        advice = (f"{NOT_OWN} (what the tool would change: {f.recommendation})" if f.not_own else f.recommendation)
+        lines.append(f"{i}. [{f.tool}, ~{f.severity:.0%} of the time{cause}]{where}: {f.diagnosis} -> {advice}")
     return "\n".join(lines)
 
 
@@ -60,6 +63,16 @@ def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileR
                     library_calls=compiled.library_calls if compiled else [],
                     peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for
                     launches_per_call=sum(k.invocations for k in profile.kernels) if profile.kernels else None)
+
+
+def not_own(ev: Evidence, found: list[Finding]) -> list[Finding]:
+    """The findings, those on a kernel the candidate did not compile (a library call's) marked not_own: for a
+    candidate whose own kernels are known, any other profiled kernel is a vendor library's (or PyTorch's)."""
+    own = {base_name(b.name) for b in ev.binaries}
+    if ev.contender != "candidate" or not own:
+        return found
+    return [f.model_copy(update={"not_own": True}) if f.kernel and base_name(f.kernel) not in own else f
+            for f in found]
 
 
 def causes_first(found: list[Finding]) -> list[Finding]:
@@ -81,7 +94,8 @@ def run(req: RefineRequest) -> Feedback:
         ev = ev.model_copy(update={"bound": bound})
     tools = select(ev.bound)
     found = [f for t in tools for f in t.check(ev) if f.severity >= MIN_SEVERITY]
-    findings = sorted(causes_first(found), key=lambda f: (f.explained_by is not None, -f.severity))
+    findings = sorted(not_own(ev, causes_first(found)),
+                      key=lambda f: (f.not_own, f.explained_by is not None, -f.severity))
     findings = findings[:req.max_findings]
     return Feedback(problem_id=ev.problem_id, candidate_id=ev.candidate_id, contender=ev.contender, bound=ev.bound,
                     tools_run=[t.NAME for t in tools], findings=findings, text=render(ev, source, findings))

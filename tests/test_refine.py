@@ -66,6 +66,23 @@ def test_findings_on_negligible_kernels_are_dropped():
     assert run(RefineRequest(evidence=ev)).findings == []
 
 
+def test_findings_in_a_library_kernel_are_context_not_actions():
+    """The H200 run of problems/11: spills in cuBLAS's FFMA GEMM fired on a library_epilogue candidate. A kernel
+    the candidate did not compile is marked not_own, ranked last and worded as what the candidate cannot edit."""
+    spilling = {"l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": 13.6e6, "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum": 7.3e6,
+                "dram__bytes_read.sum": 100e6}
+    ev = evidence(spilling, bound="compute", library_calls=["aten::mm"])
+    gemm = ev.profile.kernels[0].model_copy(update={"kernel": "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_ffma_kernel__5x_cublas"})
+    own = ev.profile.kernels[0].model_copy(update={"metrics": {**ev.profile.kernels[0].metrics, **spilling}})
+    ev.profile.kernels[:] = [gemm, own]
+    fb = run(RefineRequest(evidence=ev))
+    spills = [f for f in fb.findings if f.tool == "spills"]
+    assert [(f.kernel, f.not_own) for f in spills] == [("void k<4>(float*)", False), (gemm.kernel, True)]
+    assert fb.findings[-1].not_own and "a library kernel the candidate calls, not its code" in fb.text
+    baseline = run(RefineRequest(evidence=ev.model_copy(update={"contender": "eager", "candidate_id": "eager"})))
+    assert not any(f.not_own for f in baseline.findings)  # a baseline compiles nothing: every kernel is its own
+
+
 def test_request_round_trips_as_json():
     req = RefineRequest(evidence=evidence(), max_findings=3)
     assert RefineRequest.model_validate_json(req.model_dump_json()) == req
