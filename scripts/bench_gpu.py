@@ -237,12 +237,22 @@ def cell_of(record: Path) -> dict:
                         [f.model_dump() for f in fb.findings] if fb else [])
 
 
+def captured_id(record: Path) -> str:
+    from stages import captured
+
+    return captured.load(record)[1].candidate_id
+
+
 def rerefine(args: argparse.Namespace) -> None:
     """Re-derive the profile cells of the selected results from their captured profiles (no GPU)."""
     for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
         data = json.loads(dest.read_text())
         cells = {who: cell_of(rec) for who in ("candidate", "eager", "compile")
                  if (rec := sidecar(Path(args.results), dest.stem, who)).exists()}
+        if "candidate" in cells and captured_id(sidecar(Path(args.results), dest.stem, "candidate")) != data.get("best"):
+            print(f"{dest.stem}: the captured candidate profile is of another candidate than the best; kept as is")
+            cells["candidate"] = data.get("profiles", {}).get("candidate")
+            cells = {k: v for k, v in cells.items() if v is not None}
         if cells:
             data["profiles"] = cells
             dest.write_text(json.dumps(data, indent=1, default=str))
