@@ -16,7 +16,7 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-Backend = Literal["triton", "cuda", "torch"]
+Backend = Literal["triton", "cuda", "cute", "torch"]
 Device = Literal["cuda", "cpu"]
 SizeSet = Literal["gpu", "cpu"]
 # compile: torch.compile's default mode; compile_max: mode="max-autotune" (opt-in: its autotuning takes minutes)
@@ -111,7 +111,8 @@ class Candidate(Contract):
     id: str = Field(description="sha256(backend + source)[:16]")
     problem_id: str = Field(description="the problem it solves")
     parent_id: str | None = Field(default=None, description="the candidate it was derived from")
-    backend: Backend = Field(description="triton, cuda (load_inline C++) or torch (plain PyTorch)")
+    backend: Backend = Field(description="triton, cuda (load_inline C++), cute (load_inline C++ on the CUTLASS/CuTe "
+                             "headers) or torch (plain PyTorch)")
     source: str = Field(description="Python module text defining class ModelNew")
     origin: Origin = Field(description="proposer and parameters, or model and prompt hash")
 
