@@ -13,13 +13,14 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import Literal, cast
 from uuid import UUID
 
 import torch
 from prefect import flow, runtime
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
+from artifacts.blobs import get_bytes
 from artifacts.leaderboard import leaderboard, render
 from artifacts.store import Store
 from artifacts.winner import winner
@@ -30,10 +31,12 @@ from stages.contracts import (
     Backend,
     Baseline,
     BenchmarkRequest,
+    BenchmarkResult,
     Candidate,
     CompileRequest,
     CompileResult,
     Device,
+    Failure,
     GenerateRequest,
     Policy,
     Problem,
@@ -41,13 +44,19 @@ from stages.contracts import (
     RunRecord,
     SizeSet,
     VerifyRequest,
+    VerifyResult,
 )
 from stages.errors import StopSearch
 from stages.executor import Mode
+from stages.llm.client import LLMBudget
 from stages.problem import load_problem
 from stages.profiling_policy import ProfilingPolicy, should_profile, structure
+from stages.proposers import REPAIRS
 from stages.provenance import code_version
 from stages.refine import RefineRequest, evidence
+
+MAX_REPAIRS = 2  # failed candidates in a row along one lineage before the search goes back to the incumbent
+MAX_BARREN = 3  # proposals in a row without a usable candidate (LLM replies with no code) before stopping
 
 
 def _now() -> str:
@@ -58,7 +67,7 @@ class Run:
     """The state of one optimize run and how it records what happens."""
 
     def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str,
-                 profiling: ProfilingPolicy):
+                 profiling: ProfilingPolicy, llm_max_tokens: int | None = None, llm_max_usd: float | None = None):
         self.id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
         self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
         self.record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
@@ -70,7 +79,12 @@ class Run:
         self.profiling = profiling
         self.compiled: dict[str, CompileResult] = {}
         self.actions: dict[str, list[Action]] = {}  # per profiled candidate: its findings' actions, causes first
-        self.mismatched: list[Candidate] = []  # candidates verify rejected only for accuracy, oldest first
+        self.failures: dict[str, Failure] = {}  # per rejected candidate: the stage's evidence, for a repair
+        self.feedback: dict[str, str] = {}  # per profiled candidate: its feedback text
+        self.speedups: dict[str, float] = {}  # per verified candidate: geomean speedup over eager
+        self.candidates: dict[str, Candidate] = {}
+        self.llm = LLMBudget(max_tokens=llm_max_tokens, max_usd=llm_max_usd)
+        self.barren = 0  # proposals in a row that gave no candidate (an LLM reply with no usable code)
         self.promoted_structures: list[str] = []
         store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
@@ -101,23 +115,36 @@ def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baselin
     store.append("compiles", run.id, [compiled])
     run.compiled[candidate.id] = compiled
     if compiled.status != "ok":
+        rejected(run, candidate, "compile", compiled)
         return None
     verified = verify_task(VerifyRequest(problem=problem, candidate=candidate, device=run.device,
                                          sizes=defaults.verified_sizes(problem, run.device, run.sizes),
                                          **run.request_fields(candidate, "verify", timeout_s)), mode)
     store.append("verifications", run.id, [verified])
-    if verified.failure_kind == "mismatch":
-        run.mismatched.append(candidate)
     if verified.status != "ok":
+        rejected(run, candidate, "verify", verified)
         return None
     timed = benchmark_task(BenchmarkRequest(problem=problem, candidate=candidate, device=run.device, sizes=run.sizes,
                                             baselines=baselines, **run.request_fields(candidate, "benchmark", timeout_s)),
                            mode, str(store.root))
     store.append_benchmark(run.id, timed)
     if timed.status != "ok":
+        rejected(run, candidate, "benchmark", timed)
         return None
     run.verified += 1
+    if timed.speedup_vs_eager is not None:
+        run.speedups[candidate.id] = timed.speedup_vs_eager
     return timed.speedup_vs_eager
+
+
+def rejected(run: Run, candidate: Candidate, stage: Literal["compile", "verify", "benchmark"],
+             result: CompileResult | VerifyResult | BenchmarkResult) -> None:
+    """Keep a rejection's evidence (a compile's: its message and the log's tail) for a proposer that repairs."""
+    message = result.message
+    if stage == "compile" and "log" in result.blobs:
+        log = get_bytes(run.store.blob_dir, result.blobs["log"]).decode(errors="replace")
+        message += "\n--- compiler log (tail) ---\n" + log[-3000:]
+    run.failures[candidate.id] = Failure(stage=stage, kind=result.failure_kind or "crash", message=message[-6000:])
 
 
 def baseline_only(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: float) -> None:
@@ -160,13 +187,56 @@ def profile_and_refine(run: Run, req: ProfileRequest, mode: Mode, compiled: Comp
     run.store.append("feedback", run.id, [feedback])
     if req.candidate is not None:  # what the proposer may act on when this candidate is the parent
         run.actions[req.candidate.id] = [f.action for f in feedback.findings if not (f.explained_by or f.not_own)]
+        run.feedback[req.candidate.id] = feedback.text
     print(f"profile of {req.subject_id}:\n{feedback.text}")
 
 
+def next_request(run: Run, proposer: str, backend: Backend | None, seed: int, model: str | None) -> GenerateRequest:
+    """Repair the latest candidate when it failed in a way the proposer repairs (at most MAX_REPAIRS in a row),
+    else refine the incumbent (its profile's actions and feedback), else start fresh."""
+    latest = run.candidates.get(run.tried[-1]) if run.tried else None
+    failure = run.failures.get(latest.id) if latest else None
+    parent: Candidate | None = latest
+    if latest is None or failure is None or failure.kind not in REPAIRS.get(proposer, ()) or \
+            repair_depth(run, latest) >= MAX_REPAIRS:
+        parent, failure = (run.best[1] if run.best else None), None
+    return GenerateRequest(
+        problem=run.problem, n=1, proposer=proposer, backend=backend, parent=parent, parent_failure=failure,
+        actions=run.actions.get(parent.id, []) if parent and not failure else [],
+        feedback=run.feedback.get(parent.id, "") if parent else "",
+        parent_speedup_vs_eager=run.speedups.get(parent.id) if parent else None, exclude_ids=run.tried,
+        seed=seed + len(run.tried), model=model, llm_tokens_left=run.llm.tokens_left(), llm_usd_left=run.llm.usd_left())
+
+
+def repair_depth(run: Run, candidate: Candidate) -> int:
+    """How many failed ancestors in a row lead to this failed candidate (itself included)."""
+    depth, node = 0, cast(Candidate | None, candidate)
+    while node is not None and node.id in run.failures:
+        depth, node = depth + 1, run.candidates.get(node.parent_id or "")
+    return depth
+
+
+def propose(run: Run, req: GenerateRequest) -> list[Candidate]:
+    """One proposal: its LLM calls recorded and charged to the run's budget; raises StopSearch when the proposer
+    stops producing candidates."""
+    proposed = generate_task(req)
+    run.store.append("llm_calls", run.id, proposed.llm_calls)
+    for call in proposed.llm_calls:
+        run.llm.charge(call)
+    if proposed.candidates:
+        run.barren = 0
+        return proposed.candidates
+    run.barren += 1
+    if not proposed.llm_calls or run.barren >= MAX_BARREN:  # the builtin's "nothing more", or replies without code
+        raise StopSearch(f"proposer {req.proposer!r} has nothing more to propose: {proposed.message}")
+    print(f"proposal gave no candidate ({run.barren} in a row): {proposed.message}")
+    return []
+
+
 def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Backend | None, seed: int,
-           evaluate_one, profile_one) -> None:
-    """Propose from the incumbent (with no incumbent yet, from the latest candidate verify rejected for accuracy,
-    asking for more precision), evaluate, keep the best; raises StopSearch with the reason."""
+           evaluate_one, profile_one, model: str | None = None) -> None:
+    """Propose (a repair of the latest failure, else a refinement of the incumbent), evaluate, keep the best;
+    raises StopSearch with the reason."""
     started = time.monotonic()
     progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
     while True:
@@ -174,17 +244,11 @@ def greedy(run: Run, budget: int, wall_time_s: float, proposer: str, backend: Ba
             raise StopSearch(f"candidate budget of {budget} spent")
         if time.monotonic() - started > wall_time_s:
             raise StopSearch(f"wall-time budget of {wall_time_s:.0f} s spent")
-        parent = run.best[1] if run.best else None
-        actions = run.actions.get(parent.id, []) if parent else []
-        if parent is None and run.mismatched:  # nothing verified yet: repair the latest accuracy failure
-            parent, actions = run.mismatched[-1], [Action(kind="raise_precision")]
-        proposed = generate_task(GenerateRequest(problem=run.problem, n=1, proposer=proposer, backend=backend,
-                                                 parent=parent, actions=actions, exclude_ids=run.tried,
-                                                 seed=seed + len(run.tried)))
-        if not proposed.candidates:
-            raise StopSearch(f"proposer {proposer!r} has nothing more to propose: {proposed.message}")
-        for candidate in proposed.candidates:
+        if (spent := run.llm.exhausted()) is not None:
+            raise StopSearch(spent)
+        for candidate in propose(run, next_request(run, proposer, backend, seed, model)):
             run.tried.append(candidate.id)
+            run.candidates[candidate.id] = candidate
             speedup = evaluate_one(candidate)
             print(f"[{len(run.tried)}/{budget}] {candidate.id} {candidate.origin.proposer} {candidate.origin.params}: "
                   + (f"verified, {speedup:.3f}x eager" if speedup else "rejected (see leaderboard)"))
@@ -199,7 +263,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
              sizes: SizeSet | None = None, proposer: str = "builtin", backend: Backend | None = None,
              baselines: list[Baseline] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
              stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True, baseline_profiles: bool = True,
-             policy: dict | None = None) -> dict:
+             policy: dict | None = None, model: str | None = None, llm_max_tokens: int | None = None,
+             llm_max_usd: float | None = None) -> dict:
     problem = load_problem(problem_path)
     if policy:  # a campaign's policy overrides the problem's for every stage (Policy's fields, e.g. allow_tf32)
         problem = problem.model_copy(update={"policy": Policy(**{**problem.policy.model_dump(), **policy})})
@@ -210,12 +275,12 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     sizes = sizes or defaults.timed_sizes(problem, device)
     baselines = baselines if baselines is not None else defaults.baselines(device)
     profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
-    run = Run(problem, Store(store), device, sizes, budget, proposer, profiling)
+    run = Run(problem, Store(store), device, sizes, budget, proposer, profiling, llm_max_tokens, llm_max_usd)
     print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), budget {budget}, store {run.store.root}")
     try:
         greedy(run, budget, wall_time_s, proposer, backend, seed,
                lambda c: evaluate(run, c, executor, baselines, stage_timeout_s),
-               lambda c: profile_promoted(run, c, executor, stage_timeout_s))
+               lambda c: profile_promoted(run, c, executor, stage_timeout_s), model)
     except StopSearch as stop:
         if run.verified == 0:  # still record what the user already has: the baselines, timed alone
             baseline_only(run, baselines, executor, stage_timeout_s)

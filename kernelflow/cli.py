@@ -160,7 +160,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     summary = optimize(args.problem, budget=args.budget, store=args.store, device=args.device, sizes=args.sizes,
                        proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
                        baselines=args.baselines.split(",") if args.baselines else None, executor=args.executor,
-                       policy=_policy(args.policy))
+                       policy=_policy(args.policy), model=args.model, llm_max_tokens=args.llm_max_tokens,
+                       llm_max_usd=args.llm_max_usd)
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
@@ -174,14 +175,20 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--store", help="artifact store directory (default $KERNELFLOW_STORE or ./runs)")
         sp.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda if a GPU is visible, else cpu")
         sp.add_argument("--sizes", choices=["gpu", "cpu"], help="workload set to time (default: gpu on cuda)")
-        sp.add_argument("--backend", choices=["triton", "cuda", "torch"])
+        sp.add_argument("--backend", choices=["triton", "cuda", "cute", "torch"])
         sp.add_argument("--baselines", help="comma list of eager,compile (default both on cuda, eager on cpu)")
 
     o = sub.add_parser("optimize", help="run the optimize flow on one problem")
     o.add_argument("problem")
     o.add_argument("--budget", type=int, default=8, help="candidates to evaluate")
     o.add_argument("--wall-time", type=float, default=3600.0, help="wall-time budget, seconds")
-    o.add_argument("--proposer", default="builtin")
+    o.add_argument("--proposer", choices=["builtin", "llm"], default="builtin",
+                   help="builtin: templates, no LLM; llm: a model behind OPENAI_BASE_URL (key: OPENAI_API_KEY or the "
+                   "Prefect Secret block named by KERNELFLOW_LLM_SECRET_BLOCK)")
+    o.add_argument("--model", help="LLM model name (default $KERNELFLOW_LLM_MODEL)")
+    o.add_argument("--llm-max-tokens", type=int, help="stop the run when its LLM calls have used this many tokens")
+    o.add_argument("--llm-max-usd", type=float, help="stop the run when its LLM calls cost this much (estimate from "
+                   "KERNELFLOW_LLM_PRICE_IN/_OUT, dollars per million tokens)")
     o.add_argument("--executor", choices=["subprocess", "inline"], default="subprocess")
     o.add_argument("--policy", action="append", metavar="FIELD=true|false",
                    help="override the problem's policy for this run, e.g. allow_vendor_libraries=false (repeatable)")

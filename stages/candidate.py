@@ -13,12 +13,14 @@ from stages.contracts import Backend, Candidate
 from stages.errors import CandidateFault
 from stages.problem import import_file
 
+GPU_ONLY: tuple[Backend, ...] = ("cuda", "cute")  # C++ extensions: built by load_inline, run only on a GPU
+
 
 def backend_of(source: str) -> Backend:
-    """The backend a user's source is written for: CUDA C++ when it builds an extension, Triton when it uses
-    Triton, else plain torch."""
+    """The backend a user's source is written for: CuTe when an extension includes CuTe/CUTLASS headers, CUDA C++
+    when it builds another extension, Triton when it uses Triton, else plain torch."""
     if "load_inline" in source or "cpp_extension" in source:
-        return "cuda"
+        return "cute" if "<cute/" in source or "<cutlass/" in source else "cuda"
     return "triton" if "triton" in source else "torch"
 
 
@@ -45,7 +47,7 @@ def import_candidate(candidate: Candidate, workdir: str | Path) -> ModuleType:
 
 def load_model_class(candidate: Candidate, workdir: str | Path, device: str) -> type[torch.nn.Module]:
     """The candidate's ModelNew, to run on `device`; a backend that cannot run there is an "unavailable" fault."""
-    if candidate.backend == "cuda" and device != "cuda":
+    if candidate.backend in GPU_ONLY and device != "cuda":
         raise CandidateFault("unavailable", "CUDA C++ candidates run only on a GPU: use --device cuda")
     if candidate.backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         raise CandidateFault("unavailable", "Triton needs a GPU, or TRITON_INTERPRET=1 to run on CPU")

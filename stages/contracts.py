@@ -259,16 +259,50 @@ class BenchmarkResult(StageResult):
     recheck_passed: bool | None = Field(default=None, description="outputs of timed calls re-checked and correct")
 
 
+class Failure(Contract):
+    """Why a candidate failed, as the proposer that repairs it sees it."""
+
+    stage: Literal["compile", "verify", "benchmark"] = Field(description="the stage that rejected it")
+    kind: FailureKind = Field(description="the stage's failure kind")
+    message: str = Field(description="the evidence: compiler log tail, mismatch statistics, runtime error")
+
+
+class LLMCall(Contract):
+    """One chat-completion call (a row of the llm_calls table); the API key never appears here."""
+
+    call_id: str = Field(description="uuid hex")
+    purpose: str = Field(description="init, debug_diagnose, debug_patch or optimize")
+    model: str = Field(description="the model asked")
+    status: Literal["ok", "failed"] = Field(description="ok, or failed with error_kind")
+    error_kind: str | None = Field(default=None, description="auth, invalid_request, rate_limited, server_error, "
+                                   "timeout, connection or budget; None when ok")
+    attempts: int = Field(default=0, description="HTTP attempts made, retries included")
+    tokens_in: int | None = Field(default=None, description="prompt tokens the server reported")
+    tokens_out: int | None = Field(default=None, description="completion tokens the server reported")
+    latency_s: float = Field(default=0.0, description="wall time of the call, retries and waits included")
+    cost_usd: float | None = Field(default=None, description="estimate from the configured prices")
+    finish_reason: str | None = Field(default=None, description="the server's finish_reason (length: truncated)")
+    started_at: str = Field(default="", description="UTC ISO time")
+    message: str = Field(default="", description="short error or outcome text")
+
+
 class GenerateRequest(Contract):
     problem: Problem
     n: int = Field(ge=1, description="how many new candidates to propose")
     proposer: str = Field(default="builtin", description="registry name")
     backend: Backend | None = Field(default=None, description="restrict to one backend")
-    parent: Candidate | None = Field(default=None, description="candidate to refine, if any")
+    parent: Candidate | None = Field(default=None, description="candidate to refine (or repair), if any")
+    parent_failure: Failure | None = Field(default=None, description="set when the parent failed: repair it")
     actions: list[Action] = Field(default_factory=list, description="the parent's profile feedback, causes first: "
                                   "what the micro-profiling tools suggest changing (stages/proposers/mutations.py)")
+    feedback: str = Field(default="", description="the parent's profile feedback as text (refine's Feedback.text)")
+    parent_speedup_vs_eager: float | None = Field(default=None, description="the parent's measured speedup")
+    lessons: list[str] = Field(default_factory=list, description="search memory: verified conclusions so far")
     exclude_ids: list[str] = Field(default_factory=list, description="candidate ids already tried")
     seed: int = 0
+    model: str | None = Field(default=None, description="LLM model name (llm proposer); None: from the environment")
+    llm_tokens_left: int | None = Field(default=None, description="the run's LLM token budget left; None: no limit")
+    llm_usd_left: float | None = Field(default=None, description="the run's LLM dollar budget left; None: no limit")
 
 
 class GenerateResult(Contract):
@@ -276,6 +310,7 @@ class GenerateResult(Contract):
     proposer: str
     candidates: list[Candidate]
     message: str = Field(default="", description="why fewer than n, when so")
+    llm_calls: list[LLMCall] = Field(default_factory=list, description="the LLM calls this proposal made")
 
 
 class RunRecord(Contract):

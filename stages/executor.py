@@ -1,13 +1,16 @@
 """Where a stage runs: inline (trusted, cheap) or in a subprocess with a deadline (anything running candidate code).
 
 A candidate that crashes the process, calls os._exit, hangs or poisons the CUDA context only loses its own
-process: the executor turns that into a failure result with the process log kept as a blob.
+process: the executor turns that into a failure result with the process log kept as a blob. A stage process
+gets the environment without secrets (SECRET: API keys, tokens, cloud credentials); inline stages share the
+flow's process, keys included: inline is for trusted code and tests.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,8 +29,13 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 Mode = Literal["inline", "subprocess"]
 
 
+# Never handed to a stage process (candidate code runs there): API keys, tokens, passwords, cloud credentials.
+SECRET = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|^OPENAI_|^AWS_|^AZURE_|^GOOGLE_APPLICATION|^HF_|^PREFECT_API",
+                    re.IGNORECASE)
+
+
 def stage_env(request: StageRequest) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not SECRET.search(k)}
     env["PYTHONFAULTHANDLER"] = "1"  # a crashing candidate leaves a Python traceback in the stage log
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     if getattr(request, "device", None) == "cpu":

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from stages import ceilings, roofline
-from stages.candidate import load_model_class
+from stages.candidate import GPU_ONLY, load_model_class
 from stages.classify import classify as classify_bound
 from stages.contracts import FailureKind, Problem, ProfileRequest, ProfileResult, Workload
 from stages.energy import j_per_call
@@ -118,7 +118,7 @@ def _smoke_cpu(req: ProfileRequest, notes: list[str]) -> None:
     if req.candidate is None:
         notes.append(f"baseline {req.contender} not run on CPU: nothing to check without a GPU")
         return
-    if not req.problem.cpu_workloads or req.candidate.backend == "cuda":
+    if not req.problem.cpu_workloads or req.candidate.backend in GPU_ONLY:
         notes.append("candidate not run on CPU (" + ("CUDA C++ needs a GPU" if req.problem.cpu_workloads
                                                      else "the problem declares no CPU workload") + ")")
         return

@@ -21,7 +21,8 @@ from stages import candidate
 from stages.contracts import CompileRequest, CompileResult
 from stages.harvest import find_tool
 
-BACKENDS = {"cuda": "stages.backends.cuda", "triton": "stages.backends.triton", "torch": "stages.backends.pytorch"}
+BACKENDS = {"cuda": "stages.backends.cuda", "cute": "stages.backends.cute", "triton": "stages.backends.triton",
+            "torch": "stages.backends.pytorch"}
 
 
 def backend(name: str) -> ModuleType:
@@ -30,10 +31,12 @@ def backend(name: str) -> ModuleType:
 
 @functools.cache
 def toolchain() -> dict[str, str]:
-    """Versions of what compiles here: torch, triton, python, and the release line of the nvcc the CUDA backend uses."""
+    """Versions of what compiles here: torch, triton, python, the CUTLASS headers' wheel (cute backend), and the
+    release line of the nvcc the CUDA backends use."""
     tools = {"torch": torch.__version__, "python": platform.python_version()}
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        tools["triton"] = importlib.metadata.version("triton")
+    for tool, package in (("triton", "triton"), ("cutlass", "nvidia-cutlass")):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            tools[tool] = importlib.metadata.version(package)
     if nvcc := find_tool("nvcc"):
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
         tools["nvcc"] = next((line for line in out if "release" in line), out[-1] if out else "unknown")

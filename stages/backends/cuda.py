@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import sysconfig
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -142,7 +143,10 @@ def _nvcc(nvcc: str, req: CompileRequest, ext: Extension, file: str, text: str, 
     return proc.returncode, f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
 
 
-def compile(req: CompileRequest) -> CompileResult:
+def compile(req: CompileRequest, include_dirs: Sequence[str] = (),
+            library_headers: tuple[str, ...] = LIBRARY_HEADERS) -> CompileResult:
+    """Build the candidate's CUDA sources; `include_dirs` go to every nvcc call (after torch's own), and a missing
+    header that starts with one of `library_headers` leaves the build to the GPU worker."""
     nvcc = find_tool("nvcc")
     if nvcc is None:
         return result(req, status="failed", failure_kind="unavailable",
@@ -150,7 +154,7 @@ def compile(req: CompileRequest) -> CompileResult:
     extensions, note = _capture(req)
     if not any(ext.sources for ext in extensions):
         raise CandidateFault("compile_error", "no load_inline/load call with CUDA sources found at import")
-    base_includes = _include_paths(Path(req.workdir) / "nvcc" / "shim")  # once per compile, not per source file
+    base_includes = [*_include_paths(Path(req.workdir) / "nvcc" / "shim"), *include_dirs]  # once per compile
     rows: list[KernelBinary] = []
     blobs: dict[str, str] = {}
     logs: list[str] = []
@@ -164,7 +168,7 @@ def compile(req: CompileRequest) -> CompileResult:
             if code != 0:
                 blobs["log"] = put_text(req.blob_dir, "\n".join(logs))
                 missing = re.findall(r"fatal error: ([^:\s]+): No such file or directory", log)
-                if missing and all(m.startswith(LIBRARY_HEADERS) for m in missing):
+                if missing and all(m.startswith(library_headers) for m in missing):
                     return result(req, mode="on_gpu_worker", blobs=blobs, message=f"{key}: library header "
                                   f"{', '.join(missing)} missing on this machine; the extension is built by load_inline "
                                   "on the GPU worker" + note)

@@ -4,7 +4,8 @@ Variants come best guess first, the matching families taking turns (so a search 
 family); a request's seed rotates that order. A parent from a matching family makes its family take its turn
 last (the others get their best guess tried before local tuning) with the variants nearest the parent first.
 With the parent's profile actions (GenerateRequest.actions), its family proposes first what those actions
-suggest (stages/proposers/mutations.py), then the parent's plain neighbours, then the nearest variants.
+suggest (stages/proposers/mutations.py), then the parent's plain neighbours, then the nearest variants. A parent
+that failed verification for accuracy (parent_failure) gets the raise_precision action.
 A problem no family matches gets zero candidates and the families' reasons.
 """
 
@@ -14,7 +15,7 @@ import itertools
 import math
 from typing import Any
 
-from stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin
+from stages.contracts import Action, Candidate, GenerateRequest, GenerateResult, Origin
 from stages.problem import import_problem
 from stages.proposers import mutations
 from stages.templates import TEMPLATES
@@ -74,6 +75,8 @@ def propose(req: GenerateRequest) -> GenerateResult:
     if req.backend not in (None, "triton"):
         return GenerateResult(problem_id=req.problem.id, proposer="builtin", candidates=[],
                               message=f"the builtin templates write Triton, not {req.backend}")
+    if req.parent_failure is not None:  # the flow hands a failed parent only for what REPAIRS lists: mismatch
+        req = req.model_copy(update={"actions": [Action(kind="raise_precision")]})
     plans, reasons = _plans(req)
     if not plans:
         return GenerateResult(problem_id=req.problem.id, proposer="builtin", candidates=[],

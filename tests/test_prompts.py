@@ -1,0 +1,86 @@
+"""Prompts render with StrictUndefined for every purpose and backend; the few-shot examples are runnable modules
+that verify against their problem and are timed (Triton on CPU through the interpreter; CUDA/CuTe on a GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import pytest
+import torch
+
+from stages.contracts import (
+    BenchmarkRequest,
+    Candidate,
+    Failure,
+    GenerateRequest,
+    Origin,
+    VerifyRequest,
+)
+from stages.executor import run_stage
+from stages.llm.prompts import EXAMPLES, PROMPTS, messages, render
+from stages.problem import load_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_PROBLEMS = {"triton_softmax.py": "01_softmax", "cuda_silu.py": "09_silu",
+                    "cute_gemm_scale_residual.py": "12_matmul_scale_residual"}
+
+
+def _request(**fields) -> GenerateRequest:
+    return GenerateRequest(problem=load_problem(ROOT / "problems" / "01_softmax.py"), n=1, **fields)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda", "cute"])
+def test_every_purpose_renders_for_every_backend(backend: str) -> None:
+    parent = Candidate.make("01_softmax", backend, "class ModelNew: ...", Origin(kind="user", proposer="test"))
+    failure = Failure(stage="verify", kind="mismatch", message="gpu0 trial 0: output 0 off by 3.1x the tolerance")
+    init = messages("init", _request(), backend)
+    assert [m["role"] for m in init] == ["system", "user"] and "torch.softmax(x, dim=-1)" in init[1]["content"]
+    assert "no TF32" in init[1]["content"] and "132 SMs" in init[1]["content"]
+    diagnose = messages("debug_diagnose", _request(parent=parent, parent_failure=failure), backend)[1]["content"]
+    assert "off by 3.1x" in diagnose and "do not propose simplifying" in diagnose
+    patch = messages("debug_patch", _request(parent=parent, parent_failure=failure), backend, diagnosis="the mask")
+    assert "<<<<<<< SEARCH" in patch[-1]["content"] and "the mask" in patch[-1]["content"]
+    optimize = messages("optimize", _request(parent=parent, feedback="1. [dram_excess ...]", lessons=["BLOCK 4096 hurt"],
+                                             parent_speedup_vs_eager=1.25), backend)[1]["content"]
+    assert "1.250x eager" in optimize and "dram_excess" in optimize and "BLOCK 4096 hurt" in optimize
+
+
+def test_a_missing_variable_is_an_error_not_an_empty_string() -> None:
+    with pytest.raises(jinja2.UndefinedError):
+        render("debug_patch.j2", parent=None)
+
+
+def test_every_example_file_is_offered_and_has_a_problem() -> None:
+    files = {p.name for p in (PROMPTS / "examples").glob("*.py")}
+    assert files == {name for names in EXAMPLES.values() for name in names} == set(EXAMPLE_PROBLEMS)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_PROBLEMS))
+def test_examples_verify_and_are_timed(name: str, tmp_path: Path) -> None:
+    backend = next(b for b, names in EXAMPLES.items() if name in names)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if backend != "triton" and device == "cpu":
+        pytest.skip("C++ examples run only on a GPU (their compile is tested in test_compile / test_cute)")
+    problem = load_problem(ROOT / "problems" / f"{EXAMPLE_PROBLEMS[name]}.py")
+    cand = Candidate.make(problem.id, backend, (PROMPTS / "examples" / name).read_text(),
+                          Origin(kind="user", proposer="example"))
+    common = dict(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=problem, candidate=cand,
+                  device=device)
+    checked = run_stage("verify", VerifyRequest(**common, sizes=[device] if device == "cpu" else ["cpu", "gpu"]))
+    assert checked.status == "ok", checked.message
+    timed = run_stage("benchmark", BenchmarkRequest(**common, sizes=device, baselines=["eager"], min_reps=3,
+                                                    max_reps=5, budget_s=5.0))
+    assert timed.status == "ok" and timed.speedup_vs_eager is not None, timed.message
+
+
+def test_the_triton_examples_looped_rows_verify(tmp_path: Path) -> None:
+    """The CPU shapes fit one block; with 64-wide blocks they take the two-pass path for long rows."""
+    problem = load_problem(ROOT / "problems" / "01_softmax.py")
+    source = (PROMPTS / "examples" / "triton_softmax.py").read_text()
+    assert "MAX_BLOCK = 16384" in source
+    cand = Candidate.make(problem.id, "triton", source.replace("MAX_BLOCK = 16384", "MAX_BLOCK = 64"),
+                          Origin(kind="user", proposer="example"))
+    checked = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"),
+                                                problem=problem, candidate=cand))
+    assert checked.status == "ok", checked.message
