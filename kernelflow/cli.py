@@ -161,7 +161,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                        proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
                        baselines=args.baselines.split(",") if args.baselines else None, executor=args.executor,
                        policy=_policy(args.policy), model=args.model, llm_max_tokens=args.llm_max_tokens,
-                       llm_max_usd=args.llm_max_usd)
+                       llm_max_usd=args.llm_max_usd, strategy=args.strategy, gpu_s_budget=args.gpu_seconds)
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
@@ -185,6 +185,9 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--proposer", choices=["builtin", "llm"], default="builtin",
                    help="builtin: templates, no LLM; llm: a model behind OPENAI_BASE_URL (key: OPENAI_API_KEY or the "
                    "Prefect Secret block named by KERNELFLOW_LLM_SECRET_BLOCK)")
+    o.add_argument("--strategy", default="greedy", help="search strategy (flows/search/): greedy")
+    o.add_argument("--gpu-seconds", type=float, help="stop when benchmark and profile calls have used this much "
+                   "device time")
     o.add_argument("--model", help="LLM model name (default $KERNELFLOW_LLM_MODEL)")
     o.add_argument("--llm-max-tokens", type=int, help="stop the run when its LLM calls have used this many tokens")
     o.add_argument("--llm-max-usd", type=float, help="stop the run when its LLM calls cost this much (estimate from "

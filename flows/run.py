@@ -1,0 +1,202 @@
+"""One optimize run's state and what it does to a candidate: evaluate (compile → verify → benchmark, every result
+recorded, a rejection's evidence kept for a repair), profile (delayed, per the profiling policy) and refine into
+feedback, propose (a generate call, its LLM calls recorded and charged). Strategies (flows/search/) decide what
+to propose from; the flow (flows/optimize.py) wires them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Literal
+
+import torch
+from prefect import runtime
+
+from artifacts.blobs import get_bytes
+from artifacts.store import Store
+from artifacts.winner import winner
+from flows.tasks import benchmark_task, compile_task, generate_task, profile_task, refine_task, verify_task
+from stages import defaults
+from stages.contracts import (
+    Action,
+    Backend,
+    Baseline,
+    BenchmarkRequest,
+    BenchmarkResult,
+    Candidate,
+    CompileRequest,
+    CompileResult,
+    Device,
+    Failure,
+    GenerateRequest,
+    Problem,
+    ProfileRequest,
+    RunRecord,
+    SizeSet,
+    VerifyRequest,
+    VerifyResult,
+)
+from stages.errors import StopSearch
+from stages.executor import Mode
+from stages.llm.client import LLMBudget
+from stages.profiling_policy import ProfilingPolicy, should_profile, structure
+from stages.provenance import code_version
+from stages.refine import RefineRequest, evidence
+
+MAX_BARREN = 3  # proposals in a row without a usable candidate (LLM replies with no code) before stopping
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Run:
+    """The state of one optimize run and how it records what happens."""
+
+    def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str,
+                 profiling: ProfilingPolicy, llm_max_tokens: int | None = None, llm_max_usd: float | None = None,
+                 backend: Backend | None = None, seed: int = 0, model: str | None = None):
+        self.id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
+        self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
+        self.proposer, self.backend, self.seed, self.model = proposer, backend, seed, model
+        self.gpu_s = 0.0  # device seconds of benchmark and profile calls (on a CPU run: its CPU seconds)
+        self.record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
+                                device=device, sizes=sizes, budget_candidates=budget, proposer=proposer,
+                                code_version=code_version(), prefect_flow_run_id=str(runtime.flow_run.id or ""))
+        self.tried: list[str] = []
+        self.best: tuple[float, Candidate] | None = None
+        self.verified = 0
+        self.profiling = profiling
+        self.compiled: dict[str, CompileResult] = {}
+        self.actions: dict[str, list[Action]] = {}  # per profiled candidate: its findings' actions, causes first
+        self.failures: dict[str, Failure] = {}  # per rejected candidate: the stage's evidence, for a repair
+        self.feedback: dict[str, str] = {}  # per profiled candidate: its feedback text
+        self.speedups: dict[str, float] = {}  # per verified candidate: geomean speedup over eager
+        self.candidates: dict[str, Candidate] = {}
+        self.llm = LLMBudget(max_tokens=llm_max_tokens, max_usd=llm_max_usd)
+        self.barren = 0  # proposals in a row that gave no candidate (an LLM reply with no usable code)
+        self.lessons: list[str] = []  # search memory: verified conclusions a strategy hands to the proposer
+        self.promoted_structures: list[str] = []
+        store.append("problems", self.id, [problem])
+        store.append("runs", self.id, [self.record])
+
+    def request_fields(self, candidate: Candidate, stage: str, timeout_s: float) -> dict:
+        workdir = self.store.work_dir / self.id / candidate.id / stage
+        return dict(workdir=str(workdir), blob_dir=str(self.store.blob_dir), timeout_s=timeout_s)
+
+    def finish(self, status: str, reason: str) -> None:
+        won = winner(self.store, self.id) if status == "finished" else None
+        self.record = self.record.model_copy(update=dict(
+            status=status, stop_reason=reason, updated_at=_now(), n_candidates=len(self.tried),
+            n_verified=self.verified, best_candidate_id=self.best[1].id if self.best else None,
+            best_speedup_vs_eager=self.best[0] if self.best else None,
+            best_speedup_vs_compile=won.best_speedup_vs_compile if won else None,
+            winner=won.id if won else None, winner_speedup_vs_eager=won.speedup_vs_eager if won else None,
+            winner_note=(won.text + (" (on CPU times, which say nothing about GPU speed)" if self.device == "cpu"
+                                      else "")) if won else ""))
+        self.store.append("runs", self.id, [self.record])
+
+
+def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baseline], timeout_s: float) -> float | None:
+    """compile → verify → benchmark one candidate; every result is recorded; returns its speedup or None."""
+    store, problem = run.store, run.problem
+    store.append("candidates", run.id, [candidate])
+    compiled = compile_task(CompileRequest(candidate=candidate, problem=problem, **run.request_fields(
+        candidate, "compile", timeout_s)), mode)
+    store.append("compiles", run.id, [compiled])
+    run.compiled[candidate.id] = compiled
+    if compiled.status != "ok":
+        rejected(run, candidate, "compile", compiled)
+        return None
+    verified = verify_task(VerifyRequest(problem=problem, candidate=candidate, device=run.device,
+                                         sizes=defaults.verified_sizes(problem, run.device, run.sizes),
+                                         **run.request_fields(candidate, "verify", timeout_s)), mode)
+    store.append("verifications", run.id, [verified])
+    if verified.status != "ok":
+        rejected(run, candidate, "verify", verified)
+        return None
+    timed = benchmark_task(BenchmarkRequest(problem=problem, candidate=candidate, device=run.device, sizes=run.sizes,
+                                            baselines=baselines, **run.request_fields(candidate, "benchmark", timeout_s)),
+                           mode, str(store.root))
+    store.append_benchmark(run.id, timed)
+    run.gpu_s += timed.duration_s or 0.0
+    if timed.status != "ok":
+        rejected(run, candidate, "benchmark", timed)
+        return None
+    run.verified += 1
+    if timed.speedup_vs_eager is not None:
+        run.speedups[candidate.id] = timed.speedup_vs_eager
+    return timed.speedup_vs_eager
+
+
+def rejected(run: Run, candidate: Candidate, stage: Literal["compile", "verify", "benchmark"],
+             result: CompileResult | VerifyResult | BenchmarkResult) -> None:
+    """Keep a rejection's evidence (a compile's: its message and the log's tail) for a proposer that repairs."""
+    message = result.message
+    if stage == "compile" and "log" in result.blobs:
+        log = get_bytes(run.store.blob_dir, result.blobs["log"]).decode(errors="replace")
+        message += "\n--- compiler log (tail) ---\n" + log[-3000:]
+    run.failures[candidate.id] = Failure(stage=stage, kind=result.failure_kind or "crash", message=message[-6000:])
+
+
+def baseline_only(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: float) -> None:
+    workdir = run.store.work_dir / run.id / "baseline"
+    timed = benchmark_task(BenchmarkRequest(problem=run.problem, device=run.device, sizes=run.sizes,
+                                            baselines=baselines, workdir=str(workdir),
+                                            blob_dir=str(run.store.blob_dir), timeout_s=timeout_s),
+                           mode, str(run.store.root))
+    run.store.append_benchmark(run.id, timed)
+
+
+def profile_promoted(run: Run, candidate: Candidate, mode: Mode, timeout_s: float) -> None:
+    """Delayed profiling: profile a promoted candidate when the policy says so, then turn it into feedback."""
+    compiled = run.compiled.get(candidate.id)
+    go, why = should_profile(run.profiling, candidate, compiled, True, run.promoted_structures)
+    run.promoted_structures.append(structure(candidate, compiled))
+    print(f"profile {candidate.id}: {why}")
+    if go:  # the first GPU shape: measured on a GPU; on a CPU its analytic roofline (advice for the GPU we target)
+        profile_and_refine(run, ProfileRequest(problem=run.problem, candidate=candidate, device=run.device,
+                                               **run.request_fields(candidate, "profile", timeout_s)), mode, compiled)
+
+
+def profile_baselines(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: float) -> None:
+    """The baselines profiled once per run on the candidates' workload: class, SOL fraction and energy of what
+    the user already has, beside the best candidate's."""
+    for name in baselines:
+        workdir = run.store.work_dir / run.id / "baseline" / f"profile-{name}"
+        profile_and_refine(run, ProfileRequest(problem=run.problem, contender=name, device=run.device,
+                                               workdir=str(workdir), blob_dir=str(run.store.blob_dir),
+                                               timeout_s=timeout_s), mode, None)
+
+
+def profile_and_refine(run: Run, req: ProfileRequest, mode: Mode, compiled: CompileResult | None) -> None:
+    profiled = profile_task(req, mode, str(run.store.root), compiled)
+    run.store.append("profiles", run.id, [profiled])
+    run.gpu_s += profiled.duration_s or 0.0
+    if profiled.status != "ok":
+        return
+    gpu = torch.cuda.get_device_name() if run.device == "cuda" else None
+    feedback = refine_task(RefineRequest(evidence=evidence(run.problem, compiled, profiled, gpu)))
+    run.store.append("feedback", run.id, [feedback])
+    if req.candidate is not None:  # what the proposer may act on when this candidate is the parent
+        run.actions[req.candidate.id] = [f.action for f in feedback.findings if not (f.explained_by or f.not_own)]
+        run.feedback[req.candidate.id] = feedback.text
+    print(f"profile of {req.subject_id}:\n{feedback.text}")
+
+
+def propose(run: Run, req: GenerateRequest) -> list[Candidate]:
+    """One proposal: its LLM calls recorded and charged to the run's budget; raises StopSearch when the proposer
+    stops producing candidates."""
+    proposed = generate_task(req)
+    run.store.append("llm_calls", run.id, proposed.llm_calls)
+    for call in proposed.llm_calls:
+        run.llm.charge(call)
+    if proposed.candidates:
+        run.barren = 0
+        return proposed.candidates
+    run.barren += 1
+    if not proposed.llm_calls or run.barren >= MAX_BARREN:  # the builtin's "nothing more", or replies without code
+        raise StopSearch(f"proposer {req.proposer!r} has nothing more to propose: {proposed.message}")
+    print(f"proposal gave no candidate ({run.barren} in a row): {proposed.message}")
+    return []

@@ -1,0 +1,9 @@
+"""Search strategies, found by name (`kernelflow optimize --strategy NAME`); flows/search/protocol.py holds the
+contract and the loop they share."""
+
+from __future__ import annotations
+
+from flows.search.greedy import Greedy
+from flows.search.protocol import Strategy
+
+STRATEGIES: dict[str, type[Strategy]] = {"greedy": Greedy}

@@ -1,0 +1,30 @@
+"""Greedy, the baseline strategy: repair the latest candidate when it failed in a way the proposer repairs,
+else refine the incumbent (the best verified so far), else start fresh. It keeps no state of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from flows.run import Run
+from flows.search.protocol import Expansion, repairable
+from stages.contracts import Candidate
+
+
+class Greedy:
+    NAME: ClassVar[str] = "greedy"
+
+    def select(self, run: Run) -> Expansion:
+        latest = run.candidates.get(run.tried[-1]) if run.tried else None
+        if (failure := repairable(run, latest)) is not None:
+            return Expansion(parent=latest, failure=failure)
+        return Expansion(parent=run.best[1] if run.best else None)
+
+    def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
+        return flat(candidate)
+
+    def update(self, run: Run, candidate: Candidate, speedup: float | None) -> None:
+        pass
+
+    def stop(self, run: Run) -> str | None:
+        return None

@@ -1,0 +1,118 @@
+"""The search's one loop and the contract of a strategy (issue 6).
+
+A strategy answers four questions and nothing else: `select` (where the next proposal comes from: a parent to
+refine, a failed parent to repair, or nothing: start fresh; and how many children), `evaluate` (how much of the
+evaluation a candidate gets: all of it, or rungs of a ladder), `update` (what it learns from one evaluated
+candidate) and `stop` (a reason of its own to stop, e.g. a plateau). `search` owns everything the
+strategies share: the budgets (candidates, wall time, device seconds, LLM tokens and dollars), proposing (the
+request is filled from the run: the parent's profile actions and feedback, its speedup, the lessons), evaluating,
+keeping the incumbent and profiling it. StopSearch carries every stop reason to the flow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, cast
+from uuid import UUID
+
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+
+from flows.run import Run, propose
+from stages.contracts import Candidate, Failure, GenerateRequest
+from stages.errors import StopSearch
+from stages.proposers import REPAIRS
+
+MAX_REPAIRS = 2  # failed candidates in a row along one lineage before a strategy stops repairing it
+
+
+@dataclass(frozen=True)
+class Budgets:
+    candidates: int
+    wall_time_s: float
+    gpu_s: float | None = None  # device seconds of benchmark and profile calls; None: no limit
+
+
+@dataclass(frozen=True)
+class Expansion:
+    parent: Candidate | None = None  # None: propose from scratch
+    failure: Failure | None = None  # set: repair the parent
+    n: int = 1  # children to ask for
+
+
+class Strategy(Protocol):
+    NAME: ClassVar[str]
+
+    def select(self, run: Run) -> Expansion: ...
+
+    def update(self, run: Run, candidate: Candidate, speedup: float | None) -> None: ...
+
+    def stop(self, run: Run) -> str | None: ...
+
+    def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
+        """The candidate's geomean speedup over eager, or None when rejected; `flat` is the full evaluation
+        (compile, verify on every shape, standard timing): a strategy that evaluates in rungs calls less."""
+        ...
+
+
+def repair_depth(run: Run, candidate: Candidate) -> int:
+    """How many failed ancestors in a row lead to this failed candidate (itself included)."""
+    depth, node = 0, cast(Candidate | None, candidate)
+    while node is not None and node.id in run.failures:
+        depth, node = depth + 1, run.candidates.get(node.parent_id or "")
+    return depth
+
+
+def repairable(run: Run, candidate: Candidate | None) -> Failure | None:
+    """The candidate's failure when the run's proposer repairs that kind and the lineage has not failed
+    MAX_REPAIRS times in a row; else None."""
+    failure = run.failures.get(candidate.id) if candidate else None
+    if candidate is None or failure is None or failure.kind not in REPAIRS.get(run.proposer, ()):
+        return None
+    return failure if repair_depth(run, candidate) < MAX_REPAIRS else None
+
+
+def request(run: Run, expansion: Expansion) -> GenerateRequest:
+    parent, failure = expansion.parent, expansion.failure
+    return GenerateRequest(
+        problem=run.problem, n=expansion.n, proposer=run.proposer, backend=run.backend, parent=parent,
+        parent_failure=failure, actions=run.actions.get(parent.id, []) if parent and not failure else [],
+        feedback=run.feedback.get(parent.id, "") if parent else "",
+        parent_speedup_vs_eager=run.speedups.get(parent.id) if parent else None, lessons=run.lessons,
+        exclude_ids=run.tried, seed=run.seed + len(run.tried), model=run.model,
+        llm_tokens_left=run.llm.tokens_left(), llm_usd_left=run.llm.usd_left())
+
+
+def spent(run: Run, budgets: Budgets, started: float) -> str | None:
+    if len(run.tried) >= budgets.candidates:
+        return f"candidate budget of {budgets.candidates} spent"
+    if time.monotonic() - started > budgets.wall_time_s:
+        return f"wall-time budget of {budgets.wall_time_s:.0f} s spent"
+    if budgets.gpu_s is not None and run.gpu_s >= budgets.gpu_s:
+        return f"device-time budget of {budgets.gpu_s:.0f} s spent ({run.gpu_s:.0f} s)"
+    return run.llm.exhausted()
+
+
+def search(run: Run, strategy: Strategy, budgets: Budgets, evaluate_one: Callable[[Candidate], float | None],
+           profile_one: Callable[[Candidate], None]) -> None:
+    """Select, propose, evaluate, keep the best, tell the strategy; raises StopSearch with the reason."""
+    started = time.monotonic()
+    progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
+    while True:
+        if (why := spent(run, budgets, started) or strategy.stop(run)) is not None:
+            raise StopSearch(why)
+        for candidate in propose(run, request(run, strategy.select(run))):
+            run.tried.append(candidate.id)
+            run.candidates[candidate.id] = candidate
+            speedup = strategy.evaluate(run, candidate, evaluate_one)
+            print(f"[{len(run.tried)}/{budgets.candidates}] {candidate.id} {candidate.origin.proposer} "
+                  f"{candidate.origin.params}: " + (f"verified, {speedup:.3f}x eager" if speedup else
+                                                    "rejected (see leaderboard)"))
+            if speedup and (run.best is None or speedup > run.best[0]):
+                run.best = (speedup, candidate)
+                profile_one(candidate)
+            strategy.update(run, candidate, speedup)
+            update_progress_artifact(progress, 100.0 * len(run.tried) / budgets.candidates)
+            if len(run.tried) >= budgets.candidates:
+                break
