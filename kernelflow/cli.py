@@ -185,7 +185,9 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--proposer", choices=["builtin", "llm"], default="builtin",
                    help="builtin: templates, no LLM; llm: a model behind OPENAI_BASE_URL (key: OPENAI_API_KEY or the "
                    "Prefect Secret block named by KERNELFLOW_LLM_SECRET_BLOCK)")
-    o.add_argument("--strategy", default="greedy", help="search strategy (flows/search/): greedy")
+    o.add_argument("--strategy", default="greedy", choices=["greedy", "mcts", "ladder"],
+                   help="search strategy (flows/search/): greedy (repair the latest failure, else refine the best), "
+                   "mcts (UCT over the candidate tree, progressive widening, lessons), ladder (multi-fidelity rungs)")
     o.add_argument("--gpu-seconds", type=float, help="stop when benchmark and profile calls have used this much "
                    "device time")
     o.add_argument("--model", help="LLM model name (default $KERNELFLOW_LLM_MODEL)")
@@ -221,6 +223,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if home := os.environ.get("PREFECT_HOME"):  # Prefect creates its home without parents, then fails to start
+        Path(home).expanduser().mkdir(parents=True, exist_ok=True)
     return args.fn(args)
 
 

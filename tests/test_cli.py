@@ -69,3 +69,13 @@ def test_policy_overrides_parse_and_unknown_fields_are_refused():
     assert _policy(None) is None
     with pytest.raises(SystemExit, match="allow_everything"):
         _policy(["allow_everything=true"])
+
+
+def test_a_fresh_prefect_home_is_created_with_its_parents(tmp_path: Path, monkeypatch):
+    """`make demo` on a fresh clone points PREFECT_HOME at .kernelflow/prefect, which does not exist yet; Prefect
+    itself creates only the last level and then cannot open its database."""
+    from kernelflow.cli import main
+
+    home = tmp_path / "fresh" / ".kernelflow" / "prefect"
+    monkeypatch.setenv("PREFECT_HOME", str(home))
+    assert main(["problems", "validate", str(ROOT / "problems" / "09_silu.py")]) == 0 and home.is_dir()
