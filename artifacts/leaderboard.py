@@ -27,13 +27,18 @@ def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
             if r.status != "ok":
                 first_line = str(r.message).splitlines()[0][:120] if r.message else ""
                 row["status"], row["reason"] = f"{stage} failed", f"{r.failure_kind}: {first_line}"
-            elif table == "benchmarks":
+            elif table == "benchmarks" and not isinstance(getattr(r, "workloads", None), str):  # not a screening
                 row.update(status="verified", speedup_vs_eager=r.speedup_vs_eager, speedup_vs_compile=r.speedup_vs_compile)
+    rungs = store.read("rungs", run_id)  # a ladder's (flows/search/ladder.py): pruned on a cheap timing, and why
+    for r in (rungs[rungs.outcome == "pruned"] if not rungs.empty else rungs).itertuples():
+        if r.candidate_id in rows:
+            rows[r.candidate_id].update(status="pruned", reason=r.reason)
     timings = store.read("timings", run_id)
     if not timings.empty:
         for cid, group in timings.groupby("candidate_id"):
-            if cid in rows:
-                rows[cid]["median_us"] = "/".join(f"{m:.1f}" for m in group.sort_values("workload").median_us)
+            if cid in rows:  # each workload's latest timing (a precise re-timing supersedes the standard one)
+                latest = group.drop_duplicates("workload", keep="last").sort_values("workload")
+                rows[cid]["median_us"] = "/".join(f"{m:.1f}" for m in latest.median_us)
     won = winner(store, run_id)
     base = baselines(store, run_id)
     seeds = won.baselines if won else {}

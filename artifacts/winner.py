@@ -49,11 +49,23 @@ def _compile_vs_eager_alone(base: pd.DataFrame) -> float | None:
     return _geomean(list(both.eager / both.compile)) if not both.empty else None
 
 
+def _competing(store: Store, run_id: str, ok: pd.DataFrame) -> pd.DataFrame:
+    """The benchmark rows that compete: calls over every timed workload (not a screening call over some), each
+    candidate's latest (a precise re-timing supersedes the standard one) and, where a ladder recorded rungs
+    (flows/search/ladder.py), only the candidates it accepted: one faster within the noise leaves the incumbent."""
+    if "workloads" in ok:
+        ok = ok[ok.workloads.isna()]
+    rungs = store.read("rungs", run_id)
+    if not rungs.empty:
+        ok = ok[ok.candidate_id.isin(rungs.candidate_id[rungs.outcome == "accepted"])]
+    return ok.drop_duplicates("candidate_id", keep="last")
+
+
 def winner(store: Store, run_id: str) -> Winner | None:
     """The run's winner, or None when nothing was timed (not even the baselines)."""
     bench = store.read("benchmarks", run_id)
     ok = bench[(bench.status == "ok") & bench.speedup_vs_eager.notna()] if not bench.empty else bench
-    ok = ok[ok.candidate_id != "baseline"] if not ok.empty else ok  # a baseline-only call is not a candidate
+    ok = _competing(store, run_id, ok[ok.candidate_id != "baseline"]) if not ok.empty else ok  # not baseline-only
     best_id, cand_e, cand_c = None, None, None
     if not ok.empty:
         row = ok.sort_values("speedup_vs_eager", ascending=False).iloc[0]

@@ -49,12 +49,12 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     baselines = baselines if baselines is not None else defaults.baselines(device)
     profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
     run = Run(problem, Store(store), device, sizes, budget, proposer, profiling, llm_max_tokens, llm_max_usd,
-              backend, seed, model)
+              backend, seed, model, executor, baselines, stage_timeout_s)
     print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), {strategy}, budget {budget}, "
           f"store {run.store.root}")
     try:
         search(run, STRATEGIES[strategy](), Budgets(budget, wall_time_s, gpu_s_budget),
-               lambda c: evaluate(run, c, executor, baselines, stage_timeout_s),
+               lambda c: evaluate(run, c),
                lambda c: profile_promoted(run, c, executor, stage_timeout_s))
     except StopSearch as stop:
         if run.verified == 0:  # still record what the user already has: the baselines, timed alone

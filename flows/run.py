@@ -1,14 +1,15 @@
 """One optimize run's state and what it does to a candidate: evaluate (compile → verify → benchmark, every result
-recorded, a rejection's evidence kept for a repair), profile (delayed, per the profiling policy) and refine into
-feedback, propose (a generate call, its LLM calls recorded and charged). Strategies (flows/search/) decide what
-to propose from; the flow (flows/optimize.py) wires them.
+recorded, device seconds charged, a rejection's evidence kept for a repair; its steps are what a ladder's rungs
+call), profile (delayed, per the profiling policy) and refine into feedback, propose (a generate call, its LLM
+calls recorded and charged). Strategies (flows/search/) decide what to propose from; the flow (flows/optimize.py)
+wires them.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from prefect import runtime
@@ -56,11 +57,14 @@ class Run:
 
     def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str,
                  profiling: ProfilingPolicy, llm_max_tokens: int | None = None, llm_max_usd: float | None = None,
-                 backend: Backend | None = None, seed: int = 0, model: str | None = None):
+                 backend: Backend | None = None, seed: int = 0, model: str | None = None, mode: Mode = "subprocess",
+                 baselines: list[Baseline] | None = None, timeout_s: float = 600.0):
         self.id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
         self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
         self.proposer, self.backend, self.seed, self.model = proposer, backend, seed, model
-        self.gpu_s = 0.0  # device seconds of benchmark and profile calls (on a CPU run: its CPU seconds)
+        self.mode, self.timeout_s = mode, timeout_s  # where stage calls run, and their deadline
+        self.baselines = baselines if baselines is not None else defaults.baselines(device)  # timed beside a candidate
+        self.gpu_s = 0.0  # device seconds of verify, benchmark and profile calls (on a CPU run: its CPU seconds)
         self.record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
                                 device=device, sizes=sizes, budget_candidates=budget, proposer=proposer,
                                 code_version=code_version(), prefect_flow_run_id=str(runtime.flow_run.id or ""))
@@ -98,36 +102,65 @@ class Run:
         self.store.append("runs", self.id, [self.record])
 
 
-def evaluate(run: Run, candidate: Candidate, mode: Mode, baselines: list[Baseline], timeout_s: float) -> float | None:
-    """compile → verify → benchmark one candidate; every result is recorded; returns its speedup or None."""
-    store, problem = run.store, run.problem
-    store.append("candidates", run.id, [candidate])
-    compiled = compile_task(CompileRequest(candidate=candidate, problem=problem, **run.request_fields(
-        candidate, "compile", timeout_s)), mode)
-    store.append("compiles", run.id, [compiled])
+def evaluate(run: Run, candidate: Candidate) -> float | None:
+    """The flat evaluation: compile → verify on every shape → standard timing; every result recorded; returns the
+    candidate's geomean speedup over eager, or None when rejected."""
+    if compile_step(run, candidate).status != "ok":
+        return None
+    timed = verify_and_time(run, candidate)
+    return timed.speedup_vs_eager if timed else None
+
+
+def compile_step(run: Run, candidate: Candidate) -> CompileResult:
+    """Record the candidate, compile it (off the device: not charged to run.gpu_s); a failure kept for a repair."""
+    run.store.append("candidates", run.id, [candidate])
+    compiled = compile_task(CompileRequest(candidate=candidate, problem=run.problem, **run.request_fields(
+        candidate, "compile", run.timeout_s)), run.mode)
+    run.store.append("compiles", run.id, [compiled])
     run.compiled[candidate.id] = compiled
     if compiled.status != "ok":
         rejected(run, candidate, "compile", compiled)
-        return None
-    verified = verify_task(VerifyRequest(problem=problem, candidate=candidate, device=run.device,
-                                         sizes=defaults.verified_sizes(problem, run.device, run.sizes),
-                                         **run.request_fields(candidate, "verify", timeout_s)), mode)
-    store.append("verifications", run.id, [verified])
+    return compiled
+
+
+def verify_step(run: Run, candidate: Candidate, sizes: list[SizeSet], **knobs: Any) -> VerifyResult:
+    """Verify on the run's device (knobs: VerifyRequest's trials, workloads); recorded, its duration charged to
+    run.gpu_s, a failure kept for a repair."""
+    verified = verify_task(VerifyRequest(problem=run.problem, candidate=candidate, device=run.device, sizes=sizes,
+                                         **knobs, **run.request_fields(candidate, "verify", run.timeout_s)), run.mode)
+    run.store.append("verifications", run.id, [verified])
+    run.gpu_s += verified.duration_s or 0.0
     if verified.status != "ok":
         rejected(run, candidate, "verify", verified)
-        return None
-    timed = benchmark_task(BenchmarkRequest(problem=problem, candidate=candidate, device=run.device, sizes=run.sizes,
-                                            baselines=baselines, **run.request_fields(candidate, "benchmark", timeout_s)),
-                           mode, str(store.root))
-    store.append_benchmark(run.id, timed)
+    return verified
+
+
+def benchmark_step(run: Run, candidate: Candidate, **knobs: Any) -> BenchmarkResult:
+    """Time the candidate beside the run's baselines on the run's timed shapes (knobs: BenchmarkRequest's
+    repetitions, target, budget, baselines, workloads); recorded, charged to run.gpu_s, a failure kept."""
+    fields = dict(problem=run.problem, candidate=candidate, device=run.device, sizes=run.sizes,
+                  baselines=run.baselines) | knobs
+    timed = benchmark_task(BenchmarkRequest(**fields, **run.request_fields(candidate, "benchmark", run.timeout_s)),
+                           run.mode, str(run.store.root))
+    run.store.append_benchmark(run.id, timed)
     run.gpu_s += timed.duration_s or 0.0
     if timed.status != "ok":
         rejected(run, candidate, "benchmark", timed)
+    return timed
+
+
+def verify_and_time(run: Run, candidate: Candidate) -> BenchmarkResult | None:
+    """A compiled candidate verified on every shape (5 trials) then timed on every timed shape beside the baselines
+    (the flat evaluation after compile; a ladder's rung 2); the timing, or None when rejected."""
+    if verify_step(run, candidate, defaults.verified_sizes(run.problem, run.device, run.sizes)).status != "ok":
+        return None
+    timed = benchmark_step(run, candidate)
+    if timed.status != "ok":
         return None
     run.verified += 1
     if timed.speedup_vs_eager is not None:
         run.speedups[candidate.id] = timed.speedup_vs_eager
-    return timed.speedup_vs_eager
+    return timed
 
 
 def rejected(run: Run, candidate: Candidate, stage: Literal["compile", "verify", "benchmark"],

@@ -188,8 +188,8 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--strategy", default="greedy", choices=["greedy", "mcts", "ladder"],
                    help="search strategy (flows/search/): greedy (repair the latest failure, else refine the best), "
                    "mcts (UCT over the candidate tree, progressive widening, lessons), ladder (multi-fidelity rungs)")
-    o.add_argument("--gpu-seconds", type=float, help="stop when benchmark and profile calls have used this much "
-                   "device time")
+    o.add_argument("--gpu-seconds", type=float, help="stop when verify, benchmark and profile calls have used this "
+                   "much device time")
     o.add_argument("--model", help="LLM model name (default $KERNELFLOW_LLM_MODEL)")
     o.add_argument("--llm-max-tokens", type=int, help="stop the run when its LLM calls have used this many tokens")
     o.add_argument("--llm-max-usd", type=float, help="stop the run when its LLM calls cost this much (estimate from "

@@ -33,7 +33,7 @@ RECHECK_EVERY = 10  # re-check the candidate's outputs on every input set, in ev
 def failed(req: BenchmarkRequest, kind: FailureKind, message: str, blobs: dict[str, str] | None = None):
     return BenchmarkResult(candidate_id=req.candidate.id if req.candidate else "baseline", problem_id=req.problem.id,
                            status="failed", failure_kind=kind, message=message, blobs=blobs or {},
-                           device=req.device, sizes=req.sizes)
+                           device=req.device, sizes=req.sizes, workloads=req.workloads)
 
 
 def _input_sets(module: Any, w: Workload, req: BenchmarkRequest, timer: Timer) -> list[list[Any]]:
@@ -129,7 +129,7 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
     timings: list[Timing] = []
     try:
         new_cls = load_model_class(req.candidate, req.workdir, req.device) if req.candidate else None
-        for w in req.problem.workloads(req.sizes):
+        for w in [w for w in req.problem.workloads(req.sizes) if req.workloads is None or w.name in req.workloads]:
             timings += _time_workload(req, module, w, new_cls, timer, prov, notes)
     except CandidateFault as fault:
         result = failed(req, fault.kind, fault.message)  # type: ignore[arg-type]
@@ -137,7 +137,8 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
     else:
         result = BenchmarkResult(candidate_id=req.candidate.id if req.candidate else "baseline",
                                  problem_id=req.problem.id, status="ok", message="; ".join(notes), device=req.device,
-                                 sizes=req.sizes, timings=timings, speedup_vs_eager=_speedup(timings, "eager"),
+                                 sizes=req.sizes, workloads=req.workloads, timings=timings,
+                                 speedup_vs_eager=_speedup(timings, "eager"),
                                  speedup_vs_compile=_speedup(timings, "compile"),
                                  recheck_passed=True if req.candidate else None)
     result.duration_s = time.perf_counter() - started

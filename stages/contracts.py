@@ -175,14 +175,27 @@ class CompileResult(StageResult):
                                      "captured forward called: work whose kernels are not among `kernels`")
 
 
+def known_workloads(named: list[str] | None, known: list[str]) -> None:
+    """A request may name only workloads of its size sets."""
+    if named is not None and not set(named) <= set(known):
+        raise ValueError(f"unknown workloads {sorted(set(named) - set(known))}; known: {known}")
+
+
 class VerifyRequest(StageRequest):
     problem: Problem
     candidate: Candidate
     device: Device = "cpu"
     sizes: list[SizeSet] = Field(default=["cpu"], description="workload sets to verify on")
     trials: int = Field(default=5, ge=1, description="fresh-input trials per workload")
+    workloads: list[str] | None = Field(default=None, min_length=1, description="names of the workloads to verify, "
+                                        "e.g. ['cpu0'] (a ladder's policy gate); None: every workload of `sizes`")
     seed: int = Field(default=0, description="base seed; trials derive their own")
     policy: Policy | None = Field(default=None, description="a campaign's policy; None: the problem's own")
+
+    @model_validator(mode="after")
+    def _known_workloads(self) -> VerifyRequest:
+        known_workloads(self.workloads, [w.name for s in self.sizes for w in self.problem.workloads(s)])
+        return self
 
     @property
     def effective_policy(self) -> Policy:
@@ -210,7 +223,14 @@ class BenchmarkRequest(StageRequest):
     max_reps: int = Field(default=300, ge=3, description="repetitions per contender at most")
     target_rel_ci: float = Field(default=0.02, description="stop when the 95% CI width / median is below this")
     budget_s: float = Field(default=30.0, description="timing budget per workload, seconds")
+    workloads: list[str] | None = Field(default=None, min_length=1, description="names of the workloads to time, "
+                                        "e.g. ['gpu0'] (a ladder's cheap rung); None: every workload of `sizes`")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _known_workloads(self) -> BenchmarkRequest:
+        known_workloads(self.workloads, [w.name for w in self.problem.workloads(self.sizes)])
+        return self
 
 
 class Provenance(Contract):
@@ -256,7 +276,27 @@ class BenchmarkResult(StageResult):
     timings: list[Timing] = Field(default_factory=list, description="one per contender and workload")
     speedup_vs_eager: float | None = Field(default=None, description="geomean over workloads of eager / candidate")
     speedup_vs_compile: float | None = Field(default=None, description="geomean of torch.compile / candidate")
+    workloads: list[str] | None = Field(default=None, description="the workloads timed when the request named some "
+                                        "(a screening call, whose geomean is over those only); None: all of `sizes`")
     recheck_passed: bool | None = Field(default=None, description="outputs of timed calls re-checked and correct")
+
+
+class RungRecord(Contract):
+    """A row of the rungs table: one candidate at one rung of the multi-fidelity ladder (flows/search/ladder.py)."""
+
+    candidate_id: str = Field(description="the candidate")
+    problem_id: str = Field(description="the problem")
+    rung: int = Field(ge=0, le=3, description="0 policy gate (compile, one small shape, 1 trial), 1 cheap timing "
+                      "(one shape, few repetitions, eager only), 2 verification on every shape and standard timing, "
+                      "3 precise timing (tight interval) against the incumbent")
+    outcome: Literal["passed", "rejected", "pruned", "accepted", "kept"] = Field(
+        description="passed: promoted to the next rung; rejected: a stage failed it; pruned: slower than the "
+        "incumbent beyond the noise band; accepted: the new best; kept: correct, but the incumbent stays")
+    reason: str = Field(description="why, with the numbers")
+    speedup_vs_eager: float | None = Field(default=None, description="this rung's geomean speedup over eager on "
+                                           "the shapes it timed; None when the rung timed nothing")
+    device_s: float = Field(description="device seconds of this rung's verify and benchmark calls (on a CPU run, "
+                            "their CPU seconds); compiles run off the device and are not counted")
 
 
 class Failure(Contract):

@@ -58,7 +58,8 @@ def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, floa
     passed = skipped = 0
     worst, eager_worst, worst_at = 0.0, 0.0, None
     dists = list(DISTRIBUTIONS)
-    for w in [w for sizes in req.sizes for w in problem.workloads(sizes)]:
+    every = [w for sizes in req.sizes for w in problem.workloads(sizes)]
+    for w in [w for w in every if req.workloads is None or w.name in req.workloads]:
         ref, new = build(module, new_cls, w, device, seed=trial_seed(req.seed, w.name, "init"))
         ref64 = copy.deepcopy(ref).double() if policy.reference_fp64 else ref
         assert new is not None

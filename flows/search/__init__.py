@@ -4,6 +4,8 @@ contract and the loop they share."""
 from __future__ import annotations
 
 from flows.search.greedy import Greedy
+from flows.search.ladder import Ladder
+from flows.search.mcts import Mcts
 from flows.search.protocol import Strategy
 
-STRATEGIES: dict[str, type[Strategy]] = {"greedy": Greedy}
+STRATEGIES: dict[str, type[Strategy]] = {"greedy": Greedy, "mcts": Mcts, "ladder": Ladder}

@@ -31,7 +31,7 @@ MAX_REPAIRS = 2  # failed candidates in a row along one lineage before a strateg
 class Budgets:
     candidates: int
     wall_time_s: float
-    gpu_s: float | None = None  # device seconds of benchmark and profile calls; None: no limit
+    gpu_s: float | None = None  # device seconds of verify, benchmark and profile calls; None: no limit
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class Strategy(Protocol):
     def stop(self, run: Run) -> str | None: ...
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
-        """The candidate's geomean speedup over eager, or None when rejected; `flat` is the full evaluation
+        """The candidate's geomean speedup over eager, or None when rejected (or, for a strategy that evaluates in
+        rungs, not kept: pruned, or not faster than the incumbent beyond the noise); `flat` is the full evaluation
         (compile, verify on every shape, standard timing): a strategy that evaluates in rungs calls less."""
         ...
 
@@ -108,7 +109,7 @@ def search(run: Run, strategy: Strategy, budgets: Budgets, evaluate_one: Callabl
             speedup = strategy.evaluate(run, candidate, evaluate_one)
             print(f"[{len(run.tried)}/{budgets.candidates}] {candidate.id} {candidate.origin.proposer} "
                   f"{candidate.origin.params}: " + (f"verified, {speedup:.3f}x eager" if speedup else
-                                                    "rejected (see leaderboard)"))
+                                                    "rejected or not kept (see leaderboard)"))
             if speedup and (run.best is None or speedup > run.best[0]):
                 run.best = (speedup, candidate)
                 profile_one(candidate)

@@ -1,0 +1,175 @@
+"""The multi-fidelity ladder (issue 6, after KernelBrain): cheap rungs first, so most device time goes to survivors.
+
+Rung 0, policy gate: compile (the compile stage checks the import and the static facts), then verify on one small
+  shape (the first CPU workload, on the run's device), 1 trial. A failure is a rejection kept for a repair.
+Rung 1, cheap timing: the first timed shape, 5 to 20 repetitions (2 s), beside eager only. Pruned when its speedup there is
+  below the incumbent's on the same shape by more than the noise band. Skipped while there is no incumbent.
+Rung 2, the flat evaluation after compile (flows/run.py's verify_and_time): verify on every shape, 5 trials, then
+  the standard timing on every shape. Accepted here when there is no incumbent, or when it beats the incumbent
+  beyond the noise band of the two calls; no faster: kept (the incumbent stays); faster but within the band: a
+  close call, promoted.
+Rung 3, for close calls only: a second call with a tight interval (0.5%) and more repetitions, interleaved with
+  the baselines; accepted only when faster than the incumbent by more than the noise band of the two calls.
+  (Re-timing every rung-2 winner cost 3x greedy's device seconds on a CPU run: the precise call dominated.)
+
+The noise band: the half-widths of the 95% intervals of the medians, in log space (so a noisy CPU interval wider
+than the median still gives a finite factor), combined in quadrature (a speedup's from its candidate's and
+eager's; a geomean's over its workloads, which average out), with a floor of 0.03 (3%). Two speedups differ
+when their ratio exceeds exp(band).
+Each rung is a row of the rungs table (RungRecord: outcome, reason, speedup, device seconds); every verify and
+benchmark call is charged to run.gpu_s. evaluate returns a speedup only for a candidate it accepts, so the loop
+keeps (and profiles) exactly those; the tables' winner (artifacts/winner.py) follows the accepted ones too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import ClassVar, Literal
+
+from flows.run import Run, benchmark_step, compile_step, verify_and_time, verify_step
+from flows.search.greedy import Greedy
+from stages.contracts import BenchmarkResult, Candidate, RungRecord, SizeSet, Timing
+
+FLOOR = 0.03  # the narrowest noise band: clocks, placement and the interval's own error
+# Rung 1, on one shape: up to 20 repetitions, since below about 12 the order-statistic interval of a median spans
+# min..max (stages/timing.py), and one outlier (a cold first call) would set the band; 2 s per shape at most.
+CHEAP = dict(min_reps=5, max_reps=20, budget_s=2.0, baselines=["eager"])
+PRECISE = dict(min_reps=50, max_reps=1000, target_rel_ci=0.005, budget_s=30.0)  # rung 3, on every shape
+
+Outcome = Literal["passed", "rejected", "pruned", "accepted", "kept"]
+
+
+def log_half(t: Timing) -> float:
+    """Half-width of a median's 95% interval in log space (about its relative half-width when narrow)."""
+    return math.log(t.ci_high_us / t.ci_low_us) / 2 if t.ci_low_us > 0 else math.inf
+
+
+def per_workload(timed: BenchmarkResult) -> dict[str, tuple[float, float]]:
+    """Workload -> (speedup over eager, log half-width of its interval) in one benchmark call."""
+    by = {(t.contender, t.workload): t for t in timed.timings}
+    return {w: (by["eager", w].median_us / t.median_us, math.hypot(log_half(t), log_half(by["eager", w])))
+            for (c, w), t in by.items() if c == "candidate" and ("eager", w) in by}
+
+
+def geomean_half(timed: BenchmarkResult) -> float:
+    """Log half-width of a call's geomean speedup (independent workloads)."""
+    rels = [r for _, r in per_workload(timed).values()]
+    return math.sqrt(sum(r * r for r in rels)) / len(rels) if rels else math.inf
+
+
+def band(*rels: float) -> float:
+    """The noise band of a comparison, in log space: its parts' half-widths in quadrature, at least FLOOR. Two
+    speedups differ beyond it when their ratio exceeds exp(band) (about 1 + band when narrow)."""
+    return max(FLOOR, math.sqrt(sum(r * r for r in rels)))
+
+
+def prune(cheap: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, str]:
+    """Rung 1's decision: prune when the cheap speedup is below the incumbent's on the same shape beyond the band."""
+    mine, theirs = per_workload(cheap), per_workload(incumbent)
+    shared = [w for w in mine if w in theirs]
+    if not shared:
+        return False, "no shape timed beside the incumbent's: promoted untested"
+    (s, r), (s_inc, r_inc) = mine[shared[0]], theirs[shared[0]]
+    b = band(r, r_inc)
+    slower = s * math.exp(b) < s_inc
+    return slower, (f"{s:.3f}x eager on {shared[0]} vs the incumbent's {s_inc:.3f}x: "
+                    f"{'below' if slower else 'within or above'} the noise band (x{math.exp(b):.3f})")
+
+
+def accept(precise: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, str]:
+    """Rung 3's decision: accept when the precise geomean beats the incumbent's beyond the two calls' band."""
+    s, s_inc = precise.speedup_vs_eager or 0.0, incumbent.speedup_vs_eager or 0.0
+    b = band(geomean_half(precise), geomean_half(incumbent))
+    faster = s > s_inc * math.exp(b)
+    return faster, (f"{s:.3f}x eager vs the incumbent's {s_inc:.3f}x: "
+                    f"{'above' if faster else 'not above'} the noise band (x{math.exp(b):.3f})")
+
+
+def note(run: Run, candidate: Candidate, rung: int, outcome: Outcome, since_s: float, reason: str,
+         speedup: float | None = None) -> bool:
+    """Record one rung (its device seconds: run.gpu_s since `since_s`); True when the candidate goes on."""
+    run.store.append("rungs", run.id, [RungRecord(
+        candidate_id=candidate.id, problem_id=run.problem.id, rung=rung, outcome=outcome, reason=reason,
+        speedup_vs_eager=speedup, device_s=run.gpu_s - since_s)])
+    print(f"  rung {rung} {outcome}: {reason}")
+    return outcome in ("passed", "accepted")
+
+
+def failure(run: Run, candidate: Candidate) -> str:
+    found = run.failures.get(candidate.id)
+    return f"{found.stage} {found.kind}: {found.message.splitlines()[0][:200] if found.message else ''}" \
+        if found else "no speedup measured"
+
+
+def gate(run: Run, candidate: Candidate) -> bool:
+    """Rung 0: compile, then one trial on the first small shape."""
+    since = run.gpu_s
+    sizes: SizeSet = "cpu" if run.problem.cpu_workloads else "gpu"
+    small = run.problem.workloads(sizes)[0]
+    if compile_step(run, candidate).status != "ok" or verify_step(
+            run, candidate, [sizes], workloads=[small.name], trials=1).status != "ok":
+        return note(run, candidate, 0, "rejected", since, failure(run, candidate))
+    return note(run, candidate, 0, "passed", since, f"compiled; verified on {small.name}, 1 trial")
+
+
+def cheap(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> bool:
+    """Rung 1: a few repetitions on the first timed shape, beside eager; promoted unless clearly slower."""
+    since, first = run.gpu_s, run.problem.workloads(run.sizes)[0].name
+    timed = benchmark_step(run, candidate, workloads=[first], **CHEAP)
+    if timed.status != "ok":
+        return note(run, candidate, 1, "rejected", since, failure(run, candidate))
+    pruned, why = prune(timed, incumbent)
+    return note(run, candidate, 1, "pruned" if pruned else "passed", since, why, timed.speedup_vs_eager)
+
+
+def standard(run: Run, candidate: Candidate, incumbent: BenchmarkResult | None) -> tuple[BenchmarkResult | None, bool]:
+    """Rung 2: the flat evaluation. (timing, False) when accepted here: the first incumbent, or faster than the
+    incumbent beyond the two calls' band; (timing, True) when faster within the band (a close call for rung 3);
+    (None, False) when rejected or not faster (kept: the incumbent stays)."""
+    since = run.gpu_s
+    timed = verify_and_time(run, candidate)
+    if timed is None or timed.speedup_vs_eager is None:
+        note(run, candidate, 2, "rejected" if timed is None else "kept", since, failure(run, candidate))
+        return None, False
+    s = timed.speedup_vs_eager
+    if incumbent is None:
+        note(run, candidate, 2, "accepted", since, "verified on every shape; the first incumbent", s)
+        return timed, False
+    clear, why = accept(timed, incumbent)
+    outcome: Outcome = "accepted" if clear else "passed" if s > (incumbent.speedup_vs_eager or 0.0) else "kept"
+    note(run, candidate, 2, outcome, since, f"verified on every shape; {why}", s)
+    return (None, False) if outcome == "kept" else (timed, outcome == "passed")
+
+
+def precise(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> BenchmarkResult | None:
+    """Rung 3: a tight re-timing beside the baselines; the timing when it beats the incumbent beyond the band."""
+    since = run.gpu_s
+    timed = benchmark_step(run, candidate, **PRECISE)
+    if timed.status != "ok":
+        note(run, candidate, 3, "rejected", since, failure(run, candidate))
+        return None
+    won, why = accept(timed, incumbent)
+    return timed if note(run, candidate, 3, "accepted" if won else "kept", since, why, timed.speedup_vs_eager) \
+        else None
+
+
+class Ladder(Greedy):
+    """Greedy's selection (repair the latest failure, else refine the incumbent), evaluated in rungs."""
+
+    NAME: ClassVar[str] = "ladder"
+
+    def __init__(self) -> None:
+        self.timed: dict[str, BenchmarkResult] = {}  # per accepted candidate: the timing it was accepted on
+
+    def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
+        incumbent = self.timed.get(run.best[1].id) if run.best else None
+        if not gate(run, candidate) or (incumbent is not None and not cheap(run, candidate, incumbent)):
+            return None
+        timed, close = standard(run, candidate, incumbent)
+        if close and incumbent is not None:
+            timed = precise(run, candidate, incumbent)
+        if timed is None:
+            return None
+        self.timed[candidate.id] = timed
+        return timed.speedup_vs_eager

@@ -1,0 +1,148 @@
+"""The multi-fidelity ladder (flows/search/ladder.py): its noise band and decisions on synthetic timings, a run end to
+end on CPU (Triton's interpreter), and a clearly slower candidate pruned at rung 1."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from flows.search.ladder import FLOOR, accept, band, prune
+from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
+from stages.problem import load_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+SILU = ROOT / "problems" / "09_silu.py"
+PROV = Provenance(device="cpu", device_name="test", torch="x", python="3", hostname="h", code_version="t", tf32=False)
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def silu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x * tl.sigmoid(x), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        for _ in range(REPEAT):  # the slow one launches the same kernel REPEAT times
+            silu_kernel[(triton.cdiv(x.numel(), 1024),)](x, out, x.numel(), BLOCK=1024)
+        return out
+'''
+
+
+def timed(*rows: tuple[str, str, float, float]) -> BenchmarkResult:
+    """A synthetic benchmark call: (contender, workload, median_us, log half-width of its interval)."""
+    timings = [Timing(problem_id="p", candidate_id="c" if c == "candidate" else None, benchmark_for="c", contender=c,
+                      workload=w, median_us=m, ci_low_us=m / math.exp(r), ci_high_us=m * math.exp(r), min_us=m, mean_us=m,
+                      n_reps=10, l2_flushed=False, input_sets=2, provenance=PROV)
+               for c, w, m, r in rows]
+    by = {(t.contender, t.workload): t.median_us for t in timings}
+    ratios = [by["eager", w] / by["candidate", w] for (c, w) in by if c == "candidate"]
+    speedup = pd.Series(ratios).prod() ** (1 / len(ratios))
+    return BenchmarkResult(candidate_id="c", problem_id="p", status="ok", device="cpu", sizes="cpu", timings=timings,
+                           speedup_vs_eager=float(speedup))
+
+
+def test_noise_band_and_the_prune_and_accept_decisions():
+    assert band(0.001, 0.002) == FLOOR and band(0.03, 0.04) == pytest.approx(0.05)
+    incumbent = timed(("candidate", "cpu0", 50.0, 0.01), ("eager", "cpu0", 100.0, 0.01),
+                      ("candidate", "cpu1", 50.0, 0.01), ("eager", "cpu1", 100.0, 0.01))  # 2x on both shapes
+    slower = timed(("candidate", "cpu0", 60.0, 0.02), ("eager", "cpu0", 100.0, 0.02))  # 1.67x: beyond a 3% band
+    close = timed(("candidate", "cpu0", 51.0, 0.02), ("eager", "cpu0", 100.0, 0.02))  # 1.96x: within it
+    noisy = timed(("candidate", "cpu0", 60.0, 0.3), ("eager", "cpu0", 100.0, 0.3))  # 1.67x, but a x1.55 band
+    wild = timed(("candidate", "cpu0", 2000.0, 1.0), ("eager", "cpu0", 100.0, 1.0))  # 0.05x: beyond even x4.2
+    assert prune(slower, incumbent)[0] and "below the noise band" in prune(slower, incumbent)[1]
+    assert not prune(close, incumbent)[0] and not prune(noisy, incumbent)[0] and prune(wild, incumbent)[0]
+    faster = timed(("candidate", "cpu0", 45.0, 0.004), ("eager", "cpu0", 100.0, 0.004),
+                   ("candidate", "cpu1", 45.0, 0.004), ("eager", "cpu1", 100.0, 0.004))  # 2.22x: 11% better
+    marginal = timed(("candidate", "cpu0", 49.0, 0.004), ("eager", "cpu0", 100.0, 0.004),
+                     ("candidate", "cpu1", 49.0, 0.004), ("eager", "cpu1", 100.0, 0.004))  # 2.04x: 2% better
+    assert accept(faster, incumbent)[0] and not accept(marginal, incumbent)[0]
+    assert "not above the noise band (x1.030)" in accept(marginal, incumbent)[1]
+
+
+def user(kernel_launches: int, parent_id: str | None = None) -> Candidate:
+    return Candidate.make("09_silu", "triton", KERNEL.replace("REPEAT", str(kernel_launches)),
+                          Origin(kind="user", proposer=f"launches{kernel_launches}"), parent_id)
+
+
+def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
+    """The builtin proposer's candidates, and for the second proposal a deliberately slow child of the incumbent."""
+    from flows.optimize import main as optimize
+    from stages import generate
+    from stages.contracts import GenerateResult
+
+    real, slow = generate.run, user(100)
+
+    def with_a_slow_one(req):
+        if len(req.exclude_ids) != 1:
+            return real(req)
+        return GenerateResult(problem_id=req.problem.id, proposer="user", candidates=[slow])
+
+    monkeypatch.setattr(generate, "run", with_a_slow_one)
+    summary = optimize(str(SILU), budget=4, store=str(tmp_path), device="cpu", executor="inline", profile=False,
+                       strategy="ladder")
+    assert summary["stop_reason"] == "candidate budget of 4 spent" and summary["best_candidate_id"]
+    cands, rungs, runs = (pd.read_parquet(tmp_path / "tables" / t) for t in ("candidates", "rungs", "runs"))
+    assert set(rungs.candidate_id) == set(cands.id) and len(cands) == 4 and (rungs.rung == 0).sum() == 4
+    reached = set(rungs.candidate_id[(rungs.rung == 2) & rungs.outcome.isin(["accepted", "passed"])])
+    accepted = rungs[rungs.outcome == "accepted"]
+    assert set(accepted.candidate_id) <= reached and summary["best_candidate_id"] == accepted.candidate_id.iloc[-1]
+    assert runs.best_candidate_id.iloc[-1] == summary["best_candidate_id"] and summary["winner"] in (
+        summary["best_candidate_id"], "eager")  # the tables' winner follows the ladder's accepted candidates
+    assert rungs[rungs.candidate_id == slow.id].outcome.tolist() == ["passed", "pruned"]  # never fully verified
+    # (how much device time pruning saves is a measurement: scripts/bench_search.py, not a timed assertion here)
+    bench = importlib.util.spec_from_file_location("bench_search", ROOT / "scripts" / "bench_search.py")
+    module = importlib.util.module_from_spec(bench)
+    bench.loader.exec_module(module)
+    from artifacts.store import Store
+
+    row = module.summarize(Store(tmp_path), summary["run_id"])
+    assert row["best_speedup_vs_eager"] == summary["best_speedup_vs_eager"] and row["device_s"] > 0
+    assert row["device_s"] == pytest.approx(rungs.device_s.sum(), rel=1e-6) and set(row["rungs"]) <= {"0", "1", "2", "3"}
+
+
+def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_path: Path):
+    from prefect import flow
+
+    from artifacts.leaderboard import leaderboard
+    from artifacts.store import Store
+    from flows.run import Run
+    from flows.search.ladder import Ladder
+    from stages.profiling_policy import ProfilingPolicy
+
+    problem = load_problem(SILU)
+    fast, slow = user(1), user(100)
+
+    @flow
+    def ladder() -> Run:
+        run = Run(problem, Store(tmp_path), "cpu", "cpu", 2, "builtin", ProfilingPolicy(enabled=False), mode="inline")
+        strategy = Ladder()
+        for candidate in (fast, slow):
+            run.candidates[candidate.id] = candidate
+            if (speedup := strategy.evaluate(run, candidate, lambda c: None)) is not None:
+                run.best = (speedup, candidate)
+        return run
+
+    run = ladder()
+    rungs = pd.read_parquet(tmp_path / "tables" / "rungs")
+    outcome = {(r.candidate_id, r.rung): r.outcome for r in rungs.itertuples()}
+    assert outcome == {(fast.id, 0): "passed", (fast.id, 2): "accepted", (slow.id, 0): "passed",
+                       (slow.id, 1): "pruned"}, rungs.reason.tolist()
+    assert run.best is not None and run.best[1].id == fast.id and run.gpu_s == pytest.approx(rungs.device_s.sum())
+    board = leaderboard(Store(tmp_path), run.id).set_index("candidate_id")
+    assert board.loc[slow.id, "status"] == "pruned" and "below the noise band" in board.loc[slow.id, "reason"]
+    assert board.loc[fast.id, "status"] == "verified"
