@@ -14,7 +14,7 @@ from artifacts.blobs import get_bytes
 from stages.contracts import BenchmarkResult
 
 TABLES = ("runs", "problems", "candidates", "compiles", "verifications", "benchmarks", "timings", "baselines",
-          "profiles", "feedback", "llm_calls", "rungs")
+          "profiles", "feedback", "llm_calls", "search_state", "rungs")
 
 
 def default_root() -> Path:

@@ -9,6 +9,7 @@ so every part of a table agrees (docs/ARTIFACTS.md lists the columns).
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import types
@@ -16,7 +17,7 @@ import typing
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import pandas as pd
 import pyarrow as pa
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 _SCALARS = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+M = TypeVar("M", bound=BaseModel)
 
 
 def _unwrap(annotation: Any) -> Any:
@@ -89,3 +91,24 @@ def read(root: str | Path, table: str, run_id: str | None = None) -> pd.DataFram
     frames = [pd.read_parquet(part).assign(run_id=run.name.removeprefix("run_id="))
               for run in runs for part in sorted(run.glob("part-*.parquet"))]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def model_of(model: type[M], record: dict[str, Any], prefix: str = "") -> M:
+    """The inverse of `row`: a model from its flattened row (nested models by prefix, dict/list fields from JSON;
+    missing and NaN values left to the model's defaults)."""
+    values: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        ann = _unwrap(field.annotation)
+        key = prefix + name
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            if any(k.startswith(key + "_") and _present(v) for k, v in record.items()):
+                values[name] = model_of(ann, record, key + "_")
+        elif key in record and _present(record[key]):
+            value = record[key]
+            is_json = get_origin(ann) in (dict, list) or ann in (dict, list)
+            values[name] = json.loads(value) if is_json and isinstance(value, str) else value
+    return model.model_validate(values)
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))

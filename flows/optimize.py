@@ -10,6 +10,7 @@ and are caught in one place.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -18,6 +19,7 @@ from prefect.artifacts import create_table_artifact
 
 from artifacts.leaderboard import leaderboard, render
 from artifacts.store import Store
+from flows.resume import last_best, restore
 from flows.run import Run, baseline_only, evaluate, profile_baselines, profile_promoted
 from flows.search import STRATEGIES
 from flows.search.protocol import Budgets, search
@@ -35,7 +37,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
              baselines: list[Baseline] | None = None, wall_time_s: float = 3600.0, executor: Mode = "subprocess",
              stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True, baseline_profiles: bool = True,
              policy: dict | None = None, model: str | None = None, llm_max_tokens: int | None = None,
-             llm_max_usd: float | None = None, strategy: str = "greedy", gpu_s_budget: float | None = None) -> dict:
+             llm_max_usd: float | None = None, strategy: str = "greedy", gpu_s_budget: float | None = None,
+             resume: str | None = None, warm_start: bool = False) -> dict:
     if strategy not in STRATEGIES:
         raise KernelflowError(f"unknown strategy {strategy!r}; known: {sorted(STRATEGIES)}")
     problem = load_problem(problem_path)
@@ -49,13 +52,23 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     baselines = baselines if baselines is not None else defaults.baselines(device)
     profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
     run = Run(problem, Store(store), device, sizes, budget, proposer, profiling, llm_max_tokens, llm_max_usd,
-              backend, seed, model, executor, baselines, stage_timeout_s)
+              backend, seed, model, executor, baselines, stage_timeout_s, resume)
+    pending, saved = restore(run) if resume else ([], None)
+    if saved is not None and saved.strategy != strategy:
+        print(f"resuming with the run's own strategy {saved.strategy!r}, not {strategy!r}")
+        strategy = saved.strategy
+    chosen = STRATEGIES[strategy]
+    state = json.loads(saved.state_json) if saved is not None else {}
+    strategist = chosen.from_state(state) if saved is not None else chosen()
+    if warm_start and (seed_candidate := last_best(run.store, problem)) and seed_candidate.id not in run.candidates:
+        print(f"warm start: last run's best {seed_candidate.id} is evaluated first")
+        pending.insert(0, seed_candidate)
     print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), {strategy}, budget {budget}, "
-          f"store {run.store.root}")
+          f"store {run.store.root}" + (f"; resumed with {len(run.tried)} candidates, {len(pending)} unfinished"
+                                       if resume else ""))
     try:
-        search(run, STRATEGIES[strategy](), Budgets(budget, wall_time_s, gpu_s_budget),
-               lambda c: evaluate(run, c),
-               lambda c: profile_promoted(run, c, executor, stage_timeout_s))
+        search(run, strategist, Budgets(budget, wall_time_s, gpu_s_budget), lambda c: evaluate(run, c),
+               lambda c: profile_promoted(run, c, executor, stage_timeout_s), pending)
     except StopSearch as stop:
         if run.verified == 0:  # still record what the user already has: the baselines, timed alone
             baseline_only(run, baselines, executor, stage_timeout_s)

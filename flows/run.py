@@ -58,8 +58,8 @@ class Run:
     def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str,
                  profiling: ProfilingPolicy, llm_max_tokens: int | None = None, llm_max_usd: float | None = None,
                  backend: Backend | None = None, seed: int = 0, model: str | None = None, mode: Mode = "subprocess",
-                 baselines: list[Baseline] | None = None, timeout_s: float = 600.0):
-        self.id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
+                 baselines: list[Baseline] | None = None, timeout_s: float = 600.0, resume: str | None = None):
+        self.id = resume or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
         self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
         self.proposer, self.backend, self.seed, self.model = proposer, backend, seed, model
         self.mode, self.timeout_s = mode, timeout_s  # where stage calls run, and their deadline
@@ -82,7 +82,9 @@ class Run:
         self.barren = 0  # proposals in a row that gave no candidate (an LLM reply with no usable code)
         self.lessons: list[str] = []  # search memory: verified conclusions a strategy hands to the proposer
         self.promoted_structures: list[str] = []
-        store.append("problems", self.id, [problem])
+        self.recorded: set[str] = set()  # candidate ids already in the candidates table (a resumed run's)
+        if resume is None:
+            store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
 
     def request_fields(self, candidate: Candidate, stage: str, timeout_s: float) -> dict:
@@ -113,7 +115,9 @@ def evaluate(run: Run, candidate: Candidate) -> float | None:
 
 def compile_step(run: Run, candidate: Candidate) -> CompileResult:
     """Record the candidate, compile it (off the device: not charged to run.gpu_s); a failure kept for a repair."""
-    run.store.append("candidates", run.id, [candidate])
+    if candidate.id not in run.recorded:
+        run.store.append("candidates", run.id, [candidate])
+        run.recorded.add(candidate.id)
     compiled = compile_task(CompileRequest(candidate=candidate, problem=run.problem, **run.request_fields(
         candidate, "compile", run.timeout_s)), run.mode)
     run.store.append("compiles", run.id, [compiled])

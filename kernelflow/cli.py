@@ -161,7 +161,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
                        proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
                        baselines=args.baselines.split(",") if args.baselines else None, executor=args.executor,
                        policy=_policy(args.policy), model=args.model, llm_max_tokens=args.llm_max_tokens,
-                       llm_max_usd=args.llm_max_usd, strategy=args.strategy, gpu_s_budget=args.gpu_seconds)
+                       llm_max_usd=args.llm_max_usd, strategy=args.strategy, gpu_s_budget=args.gpu_seconds,
+                       resume=args.resume, warm_start=args.warm_start)
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
@@ -185,11 +186,16 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--proposer", choices=["builtin", "llm"], default="builtin",
                    help="builtin: templates, no LLM; llm: a model behind OPENAI_BASE_URL (key: OPENAI_API_KEY or the "
                    "Prefect Secret block named by KERNELFLOW_LLM_SECRET_BLOCK)")
-    o.add_argument("--strategy", default="greedy", choices=["greedy", "mcts", "ladder"],
+    o.add_argument("--strategy", default="greedy", choices=["greedy", "mcts", "ladder", "agents"],
                    help="search strategy (flows/search/): greedy (repair the latest failure, else refine the best), "
-                   "mcts (UCT over the candidate tree, progressive widening, lessons), ladder (multi-fidelity rungs)")
+                   "mcts (UCT over the candidate tree, progressive widening, lessons), ladder (multi-fidelity rungs), "
+                   "agents (specialized agents taking turns, a shared memory, a deterministic guard)")
     o.add_argument("--gpu-seconds", type=float, help="stop when verify, benchmark and profile calls have used this "
                    "much device time")
+    o.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run from its artifacts (its "
+                   "unfinished candidates first; its strategy's saved state)")
+    o.add_argument("--warm-start", action="store_true", help="evaluate the last finished run's best candidate of "
+                   "this problem (same source) first")
     o.add_argument("--model", help="LLM model name (default $KERNELFLOW_LLM_MODEL)")
     o.add_argument("--llm-max-tokens", type=int, help="stop the run when its LLM calls have used this many tokens")
     o.add_argument("--llm-max-usd", type=float, help="stop the run when its LLM calls cost this much (estimate from "

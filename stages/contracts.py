@@ -326,6 +326,16 @@ class LLMCall(Contract):
     message: str = Field(default="", description="short error or outcome text")
 
 
+class SearchState(Contract):
+    """A strategy's state after one evaluation (a row of the search_state table): what a resumed run restores."""
+
+    strategy: str = Field(description="the strategy's registry name")
+    n_tried: int = Field(description="candidates tried when it was written")
+    state_json: str = Field(default="{}", description="the strategy's state() as JSON; {} for a stateless one")
+    lessons: list[str] = Field(default_factory=list, description="the run's search memory at that point")
+    updated_at: str = Field(description="UTC ISO time")
+
+
 class GenerateRequest(Contract):
     problem: Problem
     n: int = Field(ge=1, description="how many new candidates to propose")

@@ -28,3 +28,10 @@ class Greedy:
 
     def stop(self, run: Run) -> str | None:
         return None
+
+    def state(self) -> dict:
+        return {}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Greedy:
+        return cls()

@@ -11,16 +11,18 @@ keeping the incumbent and profiling it. StopSearch carries every stop reason to 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import ClassVar, Protocol, cast
 from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from flows.run import Run, propose
-from stages.contracts import Candidate, Failure, GenerateRequest
+from stages.contracts import Candidate, Failure, GenerateRequest, SearchState
 from stages.errors import StopSearch
 from stages.proposers import REPAIRS
 
@@ -39,6 +41,7 @@ class Expansion:
     parent: Candidate | None = None  # None: propose from scratch
     failure: Failure | None = None  # set: repair the parent
     n: int = 1  # children to ask for
+    seed: int | None = None  # the request's seed; None: the run's seed plus the candidates tried so far
 
 
 class Strategy(Protocol):
@@ -49,6 +52,13 @@ class Strategy(Protocol):
     def update(self, run: Run, candidate: Candidate, speedup: float | None) -> None: ...
 
     def stop(self, run: Run) -> str | None: ...
+
+    def state(self) -> dict:
+        """What the strategy learned, JSON-able: saved after every evaluation for a resume."""
+        ...
+
+    @classmethod
+    def from_state(cls, state: dict) -> Strategy: ...
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
         """The candidate's geomean speedup over eager, or None when rejected (or, for a strategy that evaluates in
@@ -81,7 +91,8 @@ def request(run: Run, expansion: Expansion) -> GenerateRequest:
         parent_failure=failure, actions=run.actions.get(parent.id, []) if parent and not failure else [],
         feedback=run.feedback.get(parent.id, "") if parent else "",
         parent_speedup_vs_eager=run.speedups.get(parent.id) if parent else None, lessons=run.lessons,
-        exclude_ids=run.tried, seed=run.seed + len(run.tried), model=run.model,
+        exclude_ids=run.tried, seed=run.seed + len(run.tried) if expansion.seed is None else expansion.seed,
+        model=run.model,
         llm_tokens_left=run.llm.tokens_left(), llm_usd_left=run.llm.usd_left())
 
 
@@ -96,24 +107,38 @@ def spent(run: Run, budgets: Budgets, started: float) -> str | None:
 
 
 def search(run: Run, strategy: Strategy, budgets: Budgets, evaluate_one: Callable[[Candidate], float | None],
-           profile_one: Callable[[Candidate], None]) -> None:
-    """Select, propose, evaluate, keep the best, tell the strategy; raises StopSearch with the reason."""
+           profile_one: Callable[[Candidate], None], pending: list[Candidate] | None = None) -> None:
+    """Evaluate `pending` first (a resumed run's unfinished candidates, a warm start's seed), then select, propose,
+    evaluate, keep the best, tell the strategy and save its state; raises StopSearch with the reason."""
     started = time.monotonic()
     progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
+    for candidate in pending or []:
+        consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
     while True:
         if (why := spent(run, budgets, started) or strategy.stop(run)) is not None:
             raise StopSearch(why)
         for candidate in propose(run, request(run, strategy.select(run))):
-            run.tried.append(candidate.id)
-            run.candidates[candidate.id] = candidate
-            speedup = strategy.evaluate(run, candidate, evaluate_one)
-            print(f"[{len(run.tried)}/{budgets.candidates}] {candidate.id} {candidate.origin.proposer} "
-                  f"{candidate.origin.params}: " + (f"verified, {speedup:.3f}x eager" if speedup else
-                                                    "rejected or not kept (see leaderboard)"))
-            if speedup and (run.best is None or speedup > run.best[0]):
-                run.best = (speedup, candidate)
-                profile_one(candidate)
-            strategy.update(run, candidate, speedup)
+            consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
             update_progress_artifact(progress, 100.0 * len(run.tried) / budgets.candidates)
             if len(run.tried) >= budgets.candidates:
                 break
+
+
+def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: Callable[[Candidate], float | None],
+             profile_one: Callable[[Candidate], None], budgets: Budgets) -> None:
+    """One candidate: evaluated as the strategy says, kept if best (and profiled), the strategy told, its state
+    saved (search_state table) so an interrupted run resumes from here."""
+    if candidate.id not in run.candidates:
+        run.tried.append(candidate.id)
+        run.candidates[candidate.id] = candidate
+    speedup = strategy.evaluate(run, candidate, evaluate_one)
+    print(f"[{len(run.tried)}/{budgets.candidates}] {candidate.id} {candidate.origin.proposer} "
+          f"{candidate.origin.params}: " + (f"verified, {speedup:.3f}x eager" if speedup else
+                                            "rejected or not kept (see leaderboard)"))
+    if speedup and (run.best is None or speedup > run.best[0]):
+        run.best = (speedup, candidate)
+        profile_one(candidate)
+    strategy.update(run, candidate, speedup)
+    run.store.append("search_state", run.id, [SearchState(
+        strategy=strategy.NAME, n_tried=len(run.tried), state_json=json.dumps(strategy.state(), default=str),
+        lessons=run.lessons, updated_at=datetime.now(UTC).isoformat(timespec="seconds"))])

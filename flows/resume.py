@@ -1,0 +1,96 @@
+"""Resume and warm start, from the artifact store alone (issue 6, item 6).
+
+`restore(run)` rebuilds a run's search state from its own tables: the candidates in the order they were tried,
+each one's fate (a compile, verify or benchmark failure with its evidence; a verified speedup; a ladder's pruning),
+the incumbent, the profile feedback and actions, and the strategy's last saved state (search_state table). It
+returns the candidates that were proposed but never finished evaluating (the process died mid-candidate): the
+search evaluates those first, so nothing is lost and nothing is proposed twice.
+`last_best(store, problem)` is the best candidate of the latest finished run of the same problem (same source
+hash), for a warm start: the next night's run evaluates it first, so it starts from last night's result.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import pandas as pd
+
+from artifacts.store import Store
+from artifacts.tables import model_of
+from flows.run import Run
+from stages.contracts import Action, Candidate, CompileResult, Failure, Problem, SearchState
+
+STAGES: tuple[tuple[str, Literal["compile", "verify", "benchmark"]], ...] = (
+    ("compiles", "compile"), ("verifications", "verify"), ("benchmarks", "benchmark"))
+
+
+def _rows(store: Store, table: str, run_id: str) -> list[dict]:
+    frame = store.read(table, run_id)
+    return [] if frame.empty else frame.to_dict("records")
+
+
+def _full(record: dict) -> bool:
+    """A benchmark over every timed workload (not a ladder's one-shape screening call)."""
+    value = record.get("workloads")
+    return value is None or (isinstance(value, float) and pd.isna(value))
+
+
+def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
+    """Fill `run` from its tables; (candidates to evaluate first, the strategy's last saved state)."""
+    store, done = run.store, set()
+    for record in _rows(store, "candidates", run.id):
+        candidate = model_of(Candidate, record)
+        if candidate.id not in run.candidates:
+            run.tried.append(candidate.id)
+            run.candidates[candidate.id] = candidate
+            run.recorded.add(candidate.id)
+    for record in _rows(store, "compiles", run.id):
+        run.compiled[record["candidate_id"]] = model_of(CompileResult, record)
+    for table, stage in STAGES:
+        for record in _rows(store, table, run.id):
+            cid = record["candidate_id"]
+            if cid not in run.candidates:
+                continue
+            if record["status"] != "ok":
+                run.failures[cid] = Failure(stage=stage, kind=record["failure_kind"], message=record["message"] or "")
+                done.add(cid)
+            elif table == "benchmarks" and _full(record) and pd.notna(record.get("speedup_vs_eager")):
+                run.speedups[cid] = float(record["speedup_vs_eager"])
+    rungs = _rows(store, "rungs", run.id)
+    done |= {r["candidate_id"] for r in rungs if r["outcome"] in ("pruned", "kept", "accepted", "rejected")}
+    accepted = {r["candidate_id"] for r in rungs if r["outcome"] == "accepted"}
+    eligible = {c: s for c, s in run.speedups.items() if not rungs or c in accepted}
+    done |= set(run.speedups) if not rungs else set()
+    run.verified = len(run.speedups)
+    if eligible:
+        best = max(eligible, key=lambda c: eligible[c])
+        run.best = (eligible[best], run.candidates[best])
+    for record in _rows(store, "feedback", run.id):
+        if record.get("contender") == "candidate" and record["candidate_id"] in run.candidates:
+            findings = json.loads(record.get("findings") or "[]")
+            run.feedback[record["candidate_id"]] = record.get("text") or ""
+            run.actions[record["candidate_id"]] = [Action(**f["action"]) for f in findings
+                                                   if not (f.get("explained_by") or f.get("not_own"))]
+    states = _rows(store, "search_state", run.id)
+    state = model_of(SearchState, states[-1]) if states else None
+    if state is not None:
+        run.lessons = list(state.lessons)
+    return [run.candidates[c] for c in run.tried if c not in done], state
+
+
+def last_best(store: Store, problem: Problem) -> Candidate | None:
+    """The best candidate of the latest finished run of this problem (same source), or None."""
+    runs = store.runs()
+    if runs.empty:
+        return None
+    finished = runs[(runs.problem_id == problem.id) & (runs.status == "finished") & runs.best_candidate_id.notna()]
+    for record in finished.sort_values("updated_at", ascending=False).to_dict("records"):
+        problems = store.read("problems", record["run_id"])
+        if problems.empty or problems.source_sha256.iloc[0] != problem.source_sha256:
+            continue  # the problem changed since: its best answers another question
+        cands = store.read("candidates", record["run_id"])
+        match = cands[cands.id == record["best_candidate_id"]]
+        if not match.empty:
+            return model_of(Candidate, match.iloc[0].to_dict())
+    return None
