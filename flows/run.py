@@ -233,7 +233,7 @@ def propose(run: Run, req: GenerateRequest) -> list[Candidate]:
         run.barren = 0
         return proposed.candidates
     run.barren += 1
-    if not proposed.llm_calls or run.barren >= MAX_BARREN:  # the builtin's "nothing more", or replies without code
-        raise StopSearch(f"proposer {req.proposer!r} has nothing more to propose: {proposed.message}")
+    if not proposed.llm_calls or run.barren >= MAX_BARREN:  # nothing to ask (no family, no model), or no code again
+        raise StopSearch(f"proposer {req.proposer!r} gave no candidate: {proposed.message}")
     print(f"proposal gave no candidate ({run.barren} in a row): {proposed.message}")
     return []

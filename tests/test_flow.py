@@ -123,7 +123,8 @@ def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_
 
     sort = ROOT / "tests" / "fixtures" / "problems" / "sort.py"  # no family renders a sort
     summary = optimize(str(sort), budget=2, store=str(tmp_path), device="cpu")
-    assert summary["best_candidate_id"] is None and "nothing more to propose" in summary["stop_reason"]
+    assert summary["best_candidate_id"] is None and "gave no candidate: no template family matches" in \
+        summary["stop_reason"]
     assert summary["winner"] == "eager" and "no candidate was verified" in summary["winner_note"]
     base = pd.read_parquet(tmp_path / "tables" / "baselines")
     assert set(base.benchmark_for) == {"baseline"} and len(base) == 2  # eager on both CPU shapes

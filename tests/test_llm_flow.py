@@ -135,3 +135,13 @@ def test_stage_processes_get_no_secrets(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("KERNELFLOW_CACHE", str(tmp_path))
     env = stage_env(StageRequest(workdir=str(tmp_path), blob_dir=str(tmp_path / "blobs")))
     assert KEY not in env.values() and env["KERNELFLOW_CACHE"] == str(tmp_path) and "PATH" in env
+
+
+def test_no_model_is_a_clear_stop_not_a_crash(prefect_harness, tmp_path: Path, monkeypatch) -> None:
+    from flows.optimize import main as optimize
+
+    monkeypatch.delenv("KERNELFLOW_LLM_MODEL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    summary = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", proposer="llm", profile=False)
+    assert "gave no candidate: LLM call failed (config): no model" in summary["stop_reason"]
+    assert summary["winner"] == "eager"
