@@ -11,6 +11,7 @@ and are caught in one place.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -45,6 +46,9 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     if policy:  # a campaign's policy overrides the problem's for every stage (Policy's fields, e.g. allow_tf32)
         problem = problem.model_copy(update={"policy": Policy(**{**problem.policy.model_dump(), **policy})})
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if executor == "inline" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise KernelflowError("the inline executor on CPU runs Triton in this process, which needs TRITON_INTERPRET=1 "
+                              "set before it starts (Triton reads it at import); use the subprocess executor, or set it")
     if device == "cpu":
         print("No GPU in use: candidates run on CPU (Triton through its interpreter); CPU timings are labelled "
               "as such and never compared with GPU numbers.")

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from artifacts.store import Store
 from kernelflow.cli import main as cli
@@ -176,3 +177,14 @@ def test_an_accuracy_failure_is_repaired_with_more_precision(prefect_harness, tm
     first, second = (json.loads(p) for p in cands.origin_params)
     assert list(checks.failure_kind.fillna("ok")) == ["mismatch", "ok"], checks.message.tolist()
     assert second == {**first, "split_p": True} and cands.parent_id.iloc[1] == cands.id.iloc[0]
+
+
+def test_inline_on_cpu_without_the_interpreter_is_refused_with_the_reason(prefect_harness, tmp_path: Path,
+                                                                          monkeypatch):
+    """Triton reads TRITON_INTERPRET at import: set later in this process it half-works (InterpreterErrors)."""
+    from flows.optimize import main as optimize
+    from stages.errors import KernelflowError
+
+    monkeypatch.delenv("TRITON_INTERPRET")
+    with pytest.raises(KernelflowError, match="TRITON_INTERPRET=1"):
+        optimize(str(ROOT / "problems" / "09_silu.py"), budget=1, store=str(tmp_path), device="cpu", executor="inline")
