@@ -146,11 +146,7 @@ class WholeLowering(Lowering):
         return self.total(node, [bound["input"], bound["target"]], loss, mean)
 
     def _program(self, node: torch.fx.Node) -> Program:
-        result = node.args[0]
-        if not isinstance(result, torch.fx.Node):
-            raise TemplateMismatch("forward returns more than one tensor")
-        out = self.value(result)
-        shape = node_shape(result)
+        out, shape, dtype = self._output(node)
         if out.kind != "row" or shape != ():
             raise TemplateMismatch(f"the output of shape {list(shape)} is not a whole-tensor reduction (a scalar)")
         # A sum never feeds an elem value (check_row_broadcast declines a 0-dim value meeting the full shape), so
@@ -158,7 +154,7 @@ class WholeLowering(Lowering):
         return Program(args=self.args, operands=tuple(self.operands), full=self.full_operand(),
                        scalars=tuple(self.scalars), helpers=tuple(sorted(self.helpers)), lines=tuple(self.lines),
                        output=out.text, out_kind="row", out_keepdim=False,
-                       out_dtype=str(result.meta["tensor_meta"].dtype))
+                       out_dtype=str(dtype))
 
 
 # cross-entropy recognition

@@ -362,19 +362,21 @@ class Lowering:
             return self._layer_norm_lines(x, weight, bias, eps)
         return self._rms_norm_lines(x, weight, eps)
 
-    def _program(self, node: torch.fx.Node) -> Program:
+    def _output(self, node: torch.fx.Node) -> tuple[Value, tuple[int, ...], torch.dtype]:
+        """The one tensor forward returns: lowered, its shape and its dtype."""
         result = node.args[0]
         if not isinstance(result, torch.fx.Node):
             raise TemplateMismatch("forward returns more than one tensor")
-        out = self.value(result)
-        shape = node_shape(result)
+        return self.value(result), node_shape(result), result.meta["tensor_meta"].dtype
+
+    def _program(self, node: torch.fx.Node) -> Program:
+        out, shape, dtype = self._output(node)
         if out.kind == "elem" and shape != self.full:
             raise TemplateMismatch(f"the output shape {list(shape)} is not the full shape {list(self.full)}")
         if out.kind == "row" and shape not in (self.full[:-1], self.full[:-1] + (1,)):
             raise TemplateMismatch(f"the output shape {list(shape)} is not the row shape of {list(self.full)}")
         if out.kind == "scalar":
             raise TemplateMismatch("the output is a constant")
-        dtype = result.meta["tensor_meta"].dtype
         return Program(args=self.args, operands=tuple(self.operands), full=self.full_operand(),
                        scalars=tuple(self.scalars), helpers=tuple(sorted(self.helpers)), lines=tuple(self.lines),
                        output=out.text, out_kind=out.kind, out_keepdim=len(shape) == len(self.full),
