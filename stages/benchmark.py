@@ -18,7 +18,17 @@ import torch
 
 from stages.candidate import load_model_class
 from stages.compare import judge
-from stages.contracts import BenchmarkRequest, BenchmarkResult, FailureKind, Provenance, Timing, Workload
+from stages.contracts import (
+    BenchmarkRequest,
+    BenchmarkResult,
+    FailureKind,
+    Provenance,
+    SizeSet,
+    Timing,
+    VerifyRequest,
+    VerifyResult,
+    Workload,
+)
 from stages.errors import CandidateFault
 from stages.inputs import draw, nbytes, trial_seed, upcast
 from stages.instantiate import baseline, build, classify, guarded, set_precision
@@ -120,8 +130,27 @@ def _speedup(timings: list[Timing], baseline: str) -> float | None:
     return geomean(ratios) if ratios else None
 
 
+def precheck(req: BenchmarkRequest) -> VerifyResult:
+    """The request's precheck workloads verified in this process, one trial each (stages/verify.py's own checks)."""
+    from stages import verify
+
+    assert req.candidate is not None and req.precheck is not None
+    sizes: list[SizeSet] = [s for s in ("cpu", "gpu") if any(w.name in req.precheck for w in req.problem.workloads(s))]
+    return verify.run(VerifyRequest(problem=req.problem, candidate=req.candidate, device=req.device, sizes=sizes,
+                                    trials=1, workloads=req.precheck, seed=req.seed, workdir=req.workdir,
+                                    blob_dir=req.blob_dir, timeout_s=req.timeout_s))
+
+
 def run(req: BenchmarkRequest) -> BenchmarkResult:
     started, notes = time.perf_counter(), list[str]()
+    checked = precheck(req) if req.precheck and req.candidate else None
+    if checked is not None:
+        if checked.status != "ok":
+            result = failed(req, checked.failure_kind or "mismatch", f"precheck: {checked.message}", checked.blobs)
+            result.duration_s = result.precheck_s = time.perf_counter() - started
+            return result
+        notes.append(f"precheck on {', '.join(req.precheck or [])}: {checked.message}, "
+                     f"error ratio {checked.max_err_ratio:.3g}")
     set_precision(req.problem.policy)
     module = import_problem(req.problem.path)
     timer = Timer(req.device)
@@ -142,6 +171,7 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
                                  speedup_vs_compile=_speedup(timings, "compile"),
                                  recheck_passed=True if req.candidate else None)
     result.duration_s = time.perf_counter() - started
+    result.precheck_s = checked.duration_s if checked else None
     return result
 
 

@@ -225,11 +225,15 @@ class BenchmarkRequest(StageRequest):
     budget_s: float = Field(default=30.0, description="timing budget per workload, seconds")
     workloads: list[str] | None = Field(default=None, min_length=1, description="names of the workloads to time, "
                                         "e.g. ['gpu0'] (a ladder's cheap rung); None: every workload of `sizes`")
+    precheck: list[str] | None = Field(default=None, min_length=1, description="workloads of any size set verified "
+                                       "first, one trial each, in this process (a ladder's gate and cheap rung in one "
+                                       "call); a failure there fails the call before anything is timed")
     seed: int = 0
 
     @model_validator(mode="after")
     def _known_workloads(self) -> BenchmarkRequest:
         known_workloads(self.workloads, [w.name for w in self.problem.workloads(self.sizes)])
+        known_workloads(self.precheck, [w.name for s in ("cpu", "gpu") for w in self.problem.workloads(s)])
         return self
 
 
@@ -279,6 +283,8 @@ class BenchmarkResult(StageResult):
     workloads: list[str] | None = Field(default=None, description="the workloads timed when the request named some "
                                         "(a screening call, whose geomean is over those only); None: all of `sizes`")
     recheck_passed: bool | None = Field(default=None, description="outputs of timed calls re-checked and correct")
+    precheck_s: float | None = Field(default=None, description="seconds of the request's precheck (verification "
+                                     "before timing), part of duration_s; None when it asked for none")
 
 
 class RungRecord(Contract):
@@ -287,10 +293,10 @@ class RungRecord(Contract):
     candidate_id: str = Field(description="the candidate")
     problem_id: str = Field(description="the problem")
     rung: int = Field(ge=0, le=3, description="0 policy gate (compile, one small shape, 1 trial), 1 cheap timing "
-                      "(one shape, few repetitions, eager only), 2 verification on every shape and standard timing, "
+                      "(every timed shape, few repetitions, eager only), 2 verification on every shape and standard timing, "
                       "3 precise timing (tight interval) against the incumbent")
     outcome: Literal["passed", "rejected", "pruned", "accepted", "kept"] = Field(
-        description="passed: promoted to the next rung; rejected: a stage failed it; pruned: slower than the "
+        description="passed: promoted to the next rung; rejected: a stage failed it; pruned: cannot beat the "
         "incumbent beyond the noise band; accepted: the new best; kept: correct, but the incumbent stays")
     reason: str = Field(description="why, with the numbers")
     speedup_vs_eager: float | None = Field(default=None, description="this rung's geomean speedup over eager on "

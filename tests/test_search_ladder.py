@@ -61,11 +61,17 @@ def test_noise_band_and_the_prune_and_accept_decisions():
     incumbent = timed(("candidate", "cpu0", 50.0, 0.01), ("eager", "cpu0", 100.0, 0.01),
                       ("candidate", "cpu1", 50.0, 0.01), ("eager", "cpu1", 100.0, 0.01))  # 2x on both shapes
     slower = timed(("candidate", "cpu0", 60.0, 0.02), ("eager", "cpu0", 100.0, 0.02))  # 1.67x: beyond a 3% band
-    close = timed(("candidate", "cpu0", 51.0, 0.02), ("eager", "cpu0", 100.0, 0.02))  # 1.96x: within it
+    close = timed(("candidate", "cpu0", 51.0, 0.02), ("eager", "cpu0", 100.0, 0.02))  # 1.96x: within it, not above
+    ahead = timed(("candidate", "cpu0", 48.0, 0.02), ("eager", "cpu0", 100.0, 0.02))  # 2.08x: may beat it
     noisy = timed(("candidate", "cpu0", 60.0, 0.3), ("eager", "cpu0", 100.0, 0.3))  # 1.67x, but a x1.55 band
     wild = timed(("candidate", "cpu0", 2000.0, 1.0), ("eager", "cpu0", 100.0, 1.0))  # 0.05x: beyond even x4.2
-    assert prune(slower, incumbent)[0] and "below the noise band" in prune(slower, incumbent)[1]
-    assert not prune(close, incumbent)[0] and not prune(noisy, incumbent)[0] and prune(wild, incumbent)[0]
+    assert prune(slower, incumbent)[0] and "cannot beat it beyond the noise band" in prune(slower, incumbent)[1]
+    assert prune(close, incumbent)[0] and prune(wild, incumbent)[0]  # no faster: rung 2 could not accept it
+    assert not prune(ahead, incumbent)[0] and not prune(noisy, incumbent)[0]
+    skewed = timed(("candidate", "cpu0", 45.0, 0.01), ("eager", "cpu0", 100.0, 0.01),
+                   ("candidate", "cpu1", 80.0, 0.01), ("eager", "cpu1", 100.0, 0.01))  # 2.22x and 1.25x: 1.67x
+    assert prune(skewed, incumbent)[0] and "1.667x eager on cpu0+cpu1 vs the incumbent's 2.000x" in \
+        prune(skewed, incumbent)[1]  # ahead on the first shape alone, behind over both
     faster = timed(("candidate", "cpu0", 45.0, 0.004), ("eager", "cpu0", 100.0, 0.004),
                    ("candidate", "cpu1", 45.0, 0.004), ("eager", "cpu1", 100.0, 0.004))  # 2.22x: 11% better
     marginal = timed(("candidate", "cpu0", 49.0, 0.004), ("eager", "cpu0", 100.0, 0.004),
@@ -126,12 +132,14 @@ def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_pat
 
     problem = load_problem(SILU)
     fast, slow = user(1), user(100)
+    wrong = Candidate.make("09_silu", "triton", user(1).source.replace("x * tl.sigmoid(x)", "x"),
+                           Origin(kind="user", proposer="identity"))
 
     @flow
     def ladder() -> Run:
-        run = Run(problem, Store(tmp_path), "cpu", "cpu", 2, "builtin", ProfilingPolicy(enabled=False), mode="inline")
+        run = Run(problem, Store(tmp_path), "cpu", "cpu", 3, "builtin", ProfilingPolicy(enabled=False), mode="inline")
         strategy = Ladder()
-        for candidate in (fast, slow):
+        for candidate in (fast, slow, wrong):
             run.candidates[candidate.id] = candidate
             if (speedup := strategy.evaluate(run, candidate, lambda c: None)) is not None:
                 run.best = (speedup, candidate)
@@ -141,8 +149,12 @@ def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_pat
     rungs = pd.read_parquet(tmp_path / "tables" / "rungs")
     outcome = {(r.candidate_id, r.rung): r.outcome for r in rungs.itertuples()}
     assert outcome == {(fast.id, 0): "passed", (fast.id, 2): "accepted", (slow.id, 0): "passed",
-                       (slow.id, 1): "pruned"}, rungs.reason.tolist()
+                       (slow.id, 1): "pruned", (wrong.id, 0): "rejected"}, rungs.reason.tolist()
+    # the gate's trial ran in rung 1's benchmark call, and stopped it before anything was timed
+    [call] = [b for b in pd.read_parquet(tmp_path / "tables" / "benchmarks").itertuples() if b.candidate_id == wrong.id]
+    assert (call.status, call.failure_kind) == ("failed", "mismatch") and call.message.startswith("precheck: ")
+    assert run.failures[wrong.id].kind == "mismatch"
     assert run.best is not None and run.best[1].id == fast.id and run.gpu_s == pytest.approx(rungs.device_s.sum())
     board = leaderboard(Store(tmp_path), run.id).set_index("candidate_id")
-    assert board.loc[slow.id, "status"] == "pruned" and "below the noise band" in board.loc[slow.id, "reason"]
+    assert board.loc[slow.id, "status"] == "pruned" and "cannot beat it" in board.loc[slow.id, "reason"]
     assert board.loc[fast.id, "status"] == "verified"

@@ -1,9 +1,17 @@
 """The multi-fidelity ladder (issue 6, after KernelBrain): cheap rungs first, so most device time goes to survivors.
 
-Rung 0, policy gate: compile (the compile stage checks the import and the static facts), then verify on one small
-  shape (the first CPU workload, on the run's device), 1 trial. A failure is a rejection kept for a repair.
-Rung 1, cheap timing: the first timed shape, 5 to 20 repetitions (2 s), beside eager only. Pruned when its speedup there is
-  below the incumbent's on the same shape by more than the noise band. Skipped while there is no incumbent.
+Rung 0, policy gate: compile (the compile stage checks the import and the static facts), then, while there is an
+  incumbent, a verification of one trial on one small shape (the first CPU workload, on the run's device) at the
+  start of rung 1's benchmark call: one stage process for both rungs, so a pruned candidate costs one short call.
+  Without an incumbent nothing can be pruned and rung 2's verification follows at once, so the gate is the
+  compile alone. A failure is a rejection kept for a repair.
+Rung 1, cheap timing: every timed shape, 5 to 20 repetitions each (2 s at most per shape), beside eager only.
+  Pruned when it cannot beat the incumbent: even its geomean speedup raised by the noise band stays below the
+  incumbent's on the same shapes raised by the floor (what rung 2 demands at least). A candidate no faster than the
+  incumbent is pruned however close; what the flat evaluation would spend on it could not change the best. (One
+  shape misled on the H200: the softmax candidates ran 2.0x eager on the first shape and 1.2x over all, so two of
+  three were promoted and lost at rung 2. A shape costs ~0.1 s at this rung; the call's fixed ~4 s is the process:
+  CUDA context, problem and candidate loading.)
 Rung 2, the flat evaluation after compile (flows/run.py's verify_and_time): verify on every shape, 5 trials, then
   the standard timing on every shape. Accepted here when there is no incumbent, or when it beats the incumbent
   beyond the noise band of the two calls; no faster: kept (the incumbent stays); faster but within the band: a
@@ -27,9 +35,9 @@ import math
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
-from flows.run import Run, benchmark_step, compile_step, verify_and_time, verify_step
+from flows.run import Run, benchmark_step, compile_step, verify_and_time
 from flows.search.greedy import Greedy
-from stages.contracts import BenchmarkResult, Candidate, RungRecord, SizeSet, Timing
+from stages.contracts import BenchmarkResult, Candidate, RungRecord, Timing
 
 FLOOR = 0.03  # the narrowest noise band: clocks, placement and the interval's own error
 # Rung 1, on one shape: up to 20 repetitions, since below about 12 the order-statistic interval of a median spans
@@ -64,17 +72,25 @@ def band(*rels: float) -> float:
     return max(FLOOR, math.sqrt(sum(r * r for r in rels)))
 
 
+def geomean_on(timed: dict[str, tuple[float, float]], shapes: list[str]) -> tuple[float, float]:
+    """(geomean speedup, its log half-width) over `shapes` of a per_workload map (independent workloads)."""
+    logs = [math.log(timed[w][0]) for w in shapes]
+    return math.exp(sum(logs) / len(logs)), math.sqrt(sum(timed[w][1] ** 2 for w in shapes)) / len(shapes)
+
+
 def prune(cheap: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, str]:
-    """Rung 1's decision: prune when the cheap speedup is below the incumbent's on the same shape beyond the band."""
+    """Rung 1's decision: prune when the cheap geomean speedup raised by the noise band stays below the
+    incumbent's on the same shapes raised by the floor (it cannot be accepted at rung 2 or 3, which demand at
+    least that)."""
     mine, theirs = per_workload(cheap), per_workload(incumbent)
     shared = [w for w in mine if w in theirs]
     if not shared:
         return False, "no shape timed beside the incumbent's: promoted untested"
-    (s, r), (s_inc, r_inc) = mine[shared[0]], theirs[shared[0]]
+    (s, r), (s_inc, r_inc) = geomean_on(mine, shared), geomean_on(theirs, shared)
     b = band(r, r_inc)
-    slower = s * math.exp(b) < s_inc
-    return slower, (f"{s:.3f}x eager on {shared[0]} vs the incumbent's {s_inc:.3f}x: "
-                    f"{'below' if slower else 'within or above'} the noise band (x{math.exp(b):.3f})")
+    hopeless = s * math.exp(b) < s_inc * math.exp(FLOOR)
+    return hopeless, (f"{s:.3f}x eager on {'+'.join(shared)} vs the incumbent's {s_inc:.3f}x: "
+                      f"{'cannot beat it' if hopeless else 'may beat it'} beyond the noise band (x{math.exp(b):.3f})")
 
 
 def accept(precise: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, str]:
@@ -87,11 +103,12 @@ def accept(precise: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, 
 
 
 def note(run: Run, candidate: Candidate, rung: int, outcome: Outcome, since_s: float, reason: str,
-         speedup: float | None = None) -> bool:
-    """Record one rung (its device seconds: run.gpu_s since `since_s`); True when the candidate goes on."""
+         speedup: float | None = None, less_s: float = 0.0) -> bool:
+    """Record one rung (its device seconds: run.gpu_s since `since_s`, less `less_s` charged to an earlier rung of
+    the same call); True when the candidate goes on."""
     run.store.append("rungs", run.id, [RungRecord(
         candidate_id=candidate.id, problem_id=run.problem.id, rung=rung, outcome=outcome, reason=reason,
-        speedup_vs_eager=speedup, device_s=run.gpu_s - since_s)])
+        speedup_vs_eager=speedup, device_s=run.gpu_s - since_s - less_s)])
     print(f"  rung {rung} {outcome}: {reason}")
     return outcome in ("passed", "accepted")
 
@@ -102,25 +119,36 @@ def failure(run: Run, candidate: Candidate) -> str:
         if found else "no speedup measured"
 
 
+def small_shape(run: Run) -> str:
+    """The gate's shape: the first CPU workload (the first timed one when the problem declares none)."""
+    return run.problem.workloads("cpu" if run.problem.cpu_workloads else "gpu")[0].name
+
+
 def gate(run: Run, candidate: Candidate) -> bool:
-    """Rung 0: compile, then one trial on the first small shape."""
+    """Rung 0 on its own, when nothing can be pruned: the compile (rung 2's verification follows at once)."""
     since = run.gpu_s
-    sizes: SizeSet = "cpu" if run.problem.cpu_workloads else "gpu"
-    small = run.problem.workloads(sizes)[0]
-    if compile_step(run, candidate).status != "ok" or verify_step(
-            run, candidate, [sizes], workloads=[small.name], trials=1).status != "ok":
+    if compile_step(run, candidate).status != "ok":
         return note(run, candidate, 0, "rejected", since, failure(run, candidate))
-    return note(run, candidate, 0, "passed", since, f"compiled; verified on {small.name}, 1 trial")
+    return note(run, candidate, 0, "passed", since, "compiled; no incumbent to prune against: rung 2 verifies it")
 
 
 def cheap(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> bool:
-    """Rung 1: a few repetitions on the first timed shape, beside eager; promoted unless clearly slower."""
-    since, first = run.gpu_s, run.problem.workloads(run.sizes)[0].name
-    timed = benchmark_step(run, candidate, workloads=[first], **CHEAP)
+    """Rungs 0 and 1 in one benchmark call: compile, one trial on the small shape, then a few repetitions on every
+    timed shape beside eager; promoted unless it cannot beat the incumbent."""
+    since, small = run.gpu_s, small_shape(run)
+    if compile_step(run, candidate).status != "ok":
+        return note(run, candidate, 0, "rejected", since, failure(run, candidate))
+    timed = benchmark_step(run, candidate, precheck=[small], **CHEAP)
+    checked_s = timed.precheck_s or 0.0
+    if timed.status != "ok" and timed.message.startswith("precheck"):
+        return note(run, candidate, 0, "rejected", since, failure(run, candidate))
+    note(run, candidate, 0, "passed", since, f"compiled; verified on {small}, 1 trial", less_s=run.gpu_s - since
+         - checked_s)
     if timed.status != "ok":
-        return note(run, candidate, 1, "rejected", since, failure(run, candidate))
+        return note(run, candidate, 1, "rejected", since, failure(run, candidate), less_s=checked_s)
     pruned, why = prune(timed, incumbent)
-    return note(run, candidate, 1, "pruned" if pruned else "passed", since, why, timed.speedup_vs_eager)
+    return note(run, candidate, 1, "pruned" if pruned else "passed", since, why, timed.speedup_vs_eager,
+                less_s=checked_s)
 
 
 def standard(run: Run, candidate: Candidate, incumbent: BenchmarkResult | None) -> tuple[BenchmarkResult | None, bool]:
@@ -164,7 +192,7 @@ class Ladder(Greedy):
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
         incumbent = self.timed.get(run.best[1].id) if run.best else None
-        if not gate(run, candidate) or (incumbent is not None and not cheap(run, candidate, incumbent)):
+        if not (gate(run, candidate) if incumbent is None else cheap(run, candidate, incumbent)):
             return None
         timed, close = standard(run, candidate, incumbent)
         if close and incumbent is not None:
