@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 MISSING = "CUTLASS/CuTe headers not found: pip install nvidia-cutlass (or set CUTLASS_PATH to a CUTLASS checkout)"
@@ -24,3 +25,17 @@ def include_dirs() -> list[str]:
         if (root / "cute" / "tensor.hpp").is_file():
             return [str(root)]
     raise FileNotFoundError(MISSING)
+
+
+def version() -> str | None:
+    """The CUTLASS release of the headers include_dirs() finds (cutlass/version.h), with where they are; None
+    without headers."""
+    try:
+        [root] = include_dirs()
+    except FileNotFoundError:
+        return None
+    text = (Path(root) / "cutlass" / "version.h").read_text(errors="replace") \
+        if (Path(root) / "cutlass" / "version.h").is_file() else ""
+    parts = [re.search(rf"#define CUTLASS_{p}\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
+    release = ".".join(m.group(1) for m in parts if m) if all(parts) else "unknown release"
+    return f"{release} ({root})"

@@ -37,7 +37,7 @@ def test_the_example_builds_for_sm90a_with_registers_sass_and_no_spills(tmp_path
     assert (kernel.spill_stores_bytes, kernel.spill_loads_bytes, kernel.shared_bytes) == (0, 0, 3 * 2 * 128 * 8 * 4)
     assert kernel.sass["ffma_instructions"] > 0 and kernel.sass["ldgsts_instructions"] > 0  # FMA GEMM, cp.async
     assert ".target sm_90a" in get_bytes(req.blob_dir, res.blobs["ptx:kf_example_cute_gemm_scale_residual"]).decode()
-    assert res.toolchain["cutlass"]
+    assert res.toolchain["cutlass"] == headers.version() and headers.include_dirs()[0] in res.toolchain["cutlass"]
 
 
 @needs_nvcc
@@ -70,6 +70,11 @@ def test_include_dirs_finds_the_wheel_or_cutlass_path(tmp_path, monkeypatch):
     (tmp_path / "include" / "cute" / "tensor.hpp").write_text("")
     monkeypatch.setenv("CUTLASS_PATH", str(tmp_path))
     assert headers.include_dirs() == [str(tmp_path / "include")]
+    assert headers.version() == f"unknown release ({tmp_path / 'include'})"  # no cutlass/version.h there
+    (tmp_path / "include" / "cutlass").mkdir()
+    (tmp_path / "include" / "cutlass" / "version.h").write_text("#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n"
+                                                                "#define CUTLASS_PATCH 0 \n")
+    assert headers.version() == f"4.2.0 ({tmp_path / 'include'})"
 
 
 def test_backend_of_tells_cute_from_plain_cuda():

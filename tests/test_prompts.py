@@ -69,7 +69,8 @@ def test_examples_verify_and_are_timed(name: str, tmp_path: Path) -> None:
                   device=device)
     checked = run_stage("verify", VerifyRequest(**common, sizes=[device] if device == "cpu" else ["cpu", "gpu"]))
     assert checked.status == "ok", checked.message
-    timed = run_stage("benchmark", BenchmarkRequest(**common, sizes=device, baselines=["eager"], min_reps=3,
+    timed = run_stage("benchmark", BenchmarkRequest(**common, sizes="cpu" if device == "cpu" else "gpu",
+                                                    baselines=["eager"], min_reps=3,
                                                     max_reps=5, budget_s=5.0))
     assert timed.status == "ok" and timed.speedup_vs_eager is not None, timed.message
 

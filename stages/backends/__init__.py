@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from kernelflow.cute import version as cutlass_version
 from stages import candidate
 from stages.contracts import CompileRequest, CompileResult
 from stages.harvest import find_tool
@@ -31,12 +32,14 @@ def backend(name: str) -> ModuleType:
 
 @functools.cache
 def toolchain() -> dict[str, str]:
-    """Versions of what compiles here: torch, triton, python, the CUTLASS headers' wheel (cute backend), and the
-    release line of the nvcc the CUDA backends use."""
+    """Versions of what compiles here: torch, triton, python, the CUTLASS headers the cute backend finds (their
+    release and directory: the nvidia-cutlass wheel's or $CUTLASS_PATH's), and the release line of the nvcc the
+    CUDA backends use."""
     tools = {"torch": torch.__version__, "python": platform.python_version()}
-    for tool, package in (("triton", "triton"), ("cutlass", "nvidia-cutlass")):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            tools[tool] = importlib.metadata.version(package)
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        tools["triton"] = importlib.metadata.version("triton")
+    if cutlass := cutlass_version():
+        tools["cutlass"] = cutlass
     if nvcc := find_tool("nvcc"):
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
         tools["nvcc"] = next((line for line in out if "release" in line), out[-1] if out else "unknown")
