@@ -14,7 +14,14 @@ export PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL ?= WARNING
 DEMO_PROBLEM ?= problems/17_elementwise_chain.py
 DEMO_BUDGET  ?= 6
 
-.PHONY: install demo test lint typecheck bench-gpu clean
+# Stage worker images (containers/README.md). Their bases come from Docker Hub where it is reachable; where it is not
+# (our machines, CI), `make base-image` builds a Debian base offline and CPU_BASE=kernelflow-base:bookworm uses it.
+CPU_BASE    ?= python:3.11-slim-bookworm
+GPU_BASE    ?= nvidia/cuda:13.0.1-devel-ubuntu24.04
+OFFLINE_BASE := kernelflow-base:bookworm
+IMAGE_TAG   ?= latest
+
+.PHONY: install demo test lint typecheck bench-gpu clean images image-cpu image-gpu base-image docker-engine
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -29,7 +36,26 @@ demo: install
 	$(BIN)/kernelflow optimize $(DEMO_PROBLEM) --budget $(DEMO_BUDGET)
 	$(BIN)/kernelflow show latest
 
-test: install
+# The browser tests (tests/test_report.py, tests/test_ui.py) drive Debian's chromium through Playwright (never
+# `playwright install`: browser downloads are blocked here). Installed with apt when missing and this runs as root;
+# without it the tests skip with the reason, or fail under CI=true (docs/REPORTS.md).
+CHROMIUM ?= /usr/bin/chromium
+export KERNELFLOW_CHROMIUM := $(CHROMIUM)
+.PHONY: browser
+browser:
+	@test -x $(CHROMIUM) || { [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null \
+	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+	  > /dev/null; } || echo "no $(CHROMIUM) and no apt-get install as root here: the browser tests will skip (fail under CI=true)"
+
+# The docker executor's tests run real stage containers: a Docker engine (installed and started when missing, as
+# root) and the CPU image of this checkout on the offline Debian base. Where those cannot be had, the tests skip
+# with the reason, or fail under CI=true (containers/README.md).
+.PHONY: docker-test-image
+docker-test-image: install
+	@{ containers/docker-engine.sh && $(MAKE) --no-print-directory base-image image-cpu CPU_BASE=$(OFFLINE_BASE); } \
+	  || echo "no Docker engine or worker image here: the docker executor's tests will skip (fail under CI=true)"
+
+test: install browser docker-test-image
 	$(BIN)/pytest -q -x --durations=10
 
 lint: install
@@ -40,6 +66,24 @@ lint: install
 BENCH_ARGS ?= --skip-done
 bench-gpu: install
 	$(BIN)/python scripts/bench_gpu.py $(BENCH_ARGS)
+
+images: image-cpu image-gpu
+
+# The image installs from a wheelhouse that this machine's pip fills (containers/wheelhouse.sh): the pinned torch and
+# triton, the project's dependencies, kernelflow's own wheel. The CPU image's build reaches no index at all.
+image-cpu image-gpu: install
+	containers/wheelhouse.sh $(BIN)/pip $(if $(filter image-cpu,$@),$(CPU_BASE),$(GPU_BASE)) "$(TORCH)" "$(TRITON)"
+	docker build -q -f containers/Dockerfile -t kernelflow-$(@:image-%=%):$(IMAGE_TAG) \
+	  --build-arg BASE_IMAGE=$(if $(filter image-cpu,$@),$(CPU_BASE) --build-arg OFFLINE=1,$(GPU_BASE)) \
+	  --build-arg TORCH="$(TORCH)" --build-arg TRITON="$(TRITON)" \
+	  --build-arg CODE_FINGERPRINT=$$($(BIN)/python -c "from stages.docker_executor import code_fingerprint as f; print(f())") .
+
+base-image:
+	docker image inspect $(OFFLINE_BASE) > /dev/null 2>&1 || containers/base-image.sh $(OFFLINE_BASE)
+
+# A Docker engine on this machine (installed and started when missing): what CI's docker tests run on.
+docker-engine:
+	containers/docker-engine.sh
 
 clean:
 	rm -rf $(VENV) runs .kernelflow .pytest_cache .mypy_cache .ruff_cache

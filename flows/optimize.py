@@ -30,6 +30,7 @@ from stages.errors import KernelflowError, StopSearch
 from stages.executor import Mode
 from stages.problem import load_problem
 from stages.profiling_policy import ProfilingPolicy
+from stages.sol_target import floors
 
 
 @flow(name="optimize", log_prints=True)
@@ -39,7 +40,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
              stage_timeout_s: float = 600.0, seed: int = 0, profile: bool = True, baseline_profiles: bool = True,
              policy: dict | None = None, model: str | None = None, llm_max_tokens: int | None = None,
              llm_max_usd: float | None = None, strategy: str = "greedy", gpu_s_budget: float | None = None,
-             resume: str | None = None, warm_start: bool = False) -> dict:
+             resume: str | None = None, warm_start: bool = False, warm_start_from: str | None = None,
+             target_sol: float | None = None) -> dict:
     if strategy not in STRATEGIES:
         raise KernelflowError(f"unknown strategy {strategy!r}; known: {sorted(STRATEGIES)}")
     problem = load_problem(problem_path)
@@ -57,6 +59,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
     run = Run(problem, Store(store), device, sizes, budget, proposer, profiling, llm_max_tokens, llm_max_usd,
               backend, seed, model, executor, baselines, stage_timeout_s, resume)
+    if target_sol is not None:  # the floors of the timed shapes on this GPU, or a clear refusal
+        run.sol_floors = floors(problem, sizes, torch.cuda.get_device_name() if device == "cuda" else None)
     pending, saved = restore(run) if resume else ([], None)
     if saved is not None and saved.strategy != strategy:
         print(f"resuming with the run's own strategy {saved.strategy!r}, not {strategy!r}")
@@ -64,14 +68,16 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     chosen = STRATEGIES[strategy]
     state = json.loads(saved.state_json) if saved is not None else {}
     strategist = chosen.from_state(state) if saved is not None else chosen()
-    if warm_start and (seed_candidate := last_best(run.store, problem)) and seed_candidate.id not in run.candidates:
-        print(f"warm start: last run's best {seed_candidate.id} is evaluated first")
+    # warm_start_from: a run id (a campaign starts from its previous campaign's run of this problem)
+    seed_candidate = last_best(run.store, problem, warm_start_from) if warm_start or warm_start_from else None
+    if seed_candidate is not None and seed_candidate.id not in run.candidates:
+        print(f"warm start: the best of {warm_start_from or 'the last run'}, {seed_candidate.id}, is evaluated first")
         pending.insert(0, seed_candidate)
     print(f"run {run.id}: {problem.id} on {device} ({sizes} shapes), {strategy}, budget {budget}, "
-          f"store {run.store.root}" + (f"; resumed with {len(run.tried)} candidates, {len(pending)} unfinished"
-                                       if resume else ""))
+          f"store {run.store.location}" + (f"; resumed with {len(run.tried)} candidates, {len(pending)} "
+                                           "unfinished" if resume else ""))
     try:
-        search(run, strategist, Budgets(budget, wall_time_s, gpu_s_budget), lambda c: evaluate(run, c),
+        search(run, strategist, Budgets(budget, wall_time_s, gpu_s_budget, target_sol), lambda c: evaluate(run, c),
                lambda c: profile_promoted(run, c, executor, stage_timeout_s), pending)
     except StopSearch as stop:
         if run.verified == 0:  # still record what the user already has: the baselines, timed alone
@@ -86,7 +92,7 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     create_table_artifact(key=f"leaderboard-{problem.id.lower().replace('_', '-')}",
                           table=board.astype(str).to_dict("records"), description=f"run {run.id}")
     print(f"stopped: {run.record.stop_reason}\n{render(board)}\n{run.record.winner_note}")
-    return {"run_id": run.id, "store": str(run.store.root), "best_candidate_id": run.record.best_candidate_id,
+    return {"run_id": run.id, "store": run.store.location, "best_candidate_id": run.record.best_candidate_id,
             "best_speedup_vs_eager": run.record.best_speedup_vs_eager, "stop_reason": run.record.stop_reason,
             "winner": run.record.winner, "winner_speedup_vs_eager": run.record.winner_speedup_vs_eager,
             "winner_note": run.record.winner_note}

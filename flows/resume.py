@@ -6,7 +6,8 @@ the incumbent, the profile feedback and actions, and the strategy's last saved s
 returns the candidates that were proposed but never finished evaluating (the process died mid-candidate): the
 search evaluates those first, so nothing is lost and nothing is proposed twice.
 `last_best(store, problem)` is the best candidate of the latest finished run of the same problem (same source
-hash), for a warm start: the next night's run evaluates it first, so it starts from last night's result.
+hash), for a warm start: the next night's run evaluates it first, so it starts from last night's result. A campaign
+names the run to start from (`last_best(store, problem, run_id)`: its previous campaign's run of that problem).
 """
 
 from __future__ import annotations
@@ -79,12 +80,15 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
     return [run.candidates[c] for c in run.tried if c not in done], state
 
 
-def last_best(store: Store, problem: Problem) -> Candidate | None:
-    """The best candidate of the latest finished run of this problem (same source), or None."""
+def last_best(store: Store, problem: Problem, run_id: str | None = None) -> Candidate | None:
+    """The best candidate of the latest finished run of this problem (same source), or of run `run_id` only (a
+    campaign starts from its previous campaign's run); None when there is none."""
     runs = store.runs()
     if runs.empty:
         return None
     finished = runs[(runs.problem_id == problem.id) & (runs.status == "finished") & runs.best_candidate_id.notna()]
+    if run_id is not None:
+        finished = finished[finished.run_id == run_id]
     for record in finished.sort_values("updated_at", ascending=False).to_dict("records"):
         problems = store.read("problems", record["run_id"])
         if problems.empty or problems.source_sha256.iloc[0] != problem.source_sha256:

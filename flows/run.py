@@ -44,6 +44,7 @@ from stages.llm.client import LLMBudget
 from stages.profiling_policy import ProfilingPolicy, should_profile, structure
 from stages.provenance import code_version
 from stages.refine import RefineRequest, evidence
+from stages.sol_target import fraction
 
 MAX_BARREN = 3  # proposals in a row without a usable candidate (LLM replies with no code) before stopping
 
@@ -77,6 +78,8 @@ class Run:
         self.failures: dict[str, Failure] = {}  # per rejected candidate: the stage's evidence, for a repair
         self.feedback: dict[str, str] = {}  # per profiled candidate: its feedback text
         self.speedups: dict[str, float] = {}  # per verified candidate: geomean speedup over eager
+        self.sol_floors: dict[str, float] | None = None  # per timed workload, µs: set for a --target-sol run
+        self.sol_fractions: dict[str, float] = {}  # per verified candidate with floors: its share of speed of light
         self.candidates: dict[str, Candidate] = {}
         self.llm = LLMBudget(max_tokens=llm_max_tokens, max_usd=llm_max_usd)
         self.barren = 0  # proposals in a row that gave no candidate (an LLM reply with no usable code)
@@ -102,6 +105,7 @@ class Run:
             winner_note=(won.text + (" (on CPU times, which say nothing about GPU speed)" if self.device == "cpu"
                                       else "")) if won else ""))
         self.store.append("runs", self.id, [self.record])
+        self.store.flush()  # a remote store gets what its spool still holds (a warning if it still cannot)
 
 
 def evaluate(run: Run, candidate: Candidate) -> float | None:
@@ -164,6 +168,8 @@ def verify_and_time(run: Run, candidate: Candidate) -> BenchmarkResult | None:
     run.verified += 1
     if timed.speedup_vs_eager is not None:
         run.speedups[candidate.id] = timed.speedup_vs_eager
+    if run.sol_floors is not None and (share := fraction(run.sol_floors, timed)) is not None:
+        run.sol_fractions[candidate.id] = share
     return timed
 
 

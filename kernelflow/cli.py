@@ -1,4 +1,5 @@
-"""kernelflow's command line: optimize, problems validate, verify, bench, show."""
+"""kernelflow's command line: optimize, problems validate, verify, bench, show, report, flush, export, campaign,
+deploy, serve."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 if TYPE_CHECKING:
     from stages.contracts import Device
+    from stages.executor import Mode
 
 
 def _default_device() -> Device:
@@ -64,6 +66,7 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     from stages.executor import run_stage
     from stages.problem import load_problem
 
+    mode = _executor(args)
     problem = load_problem(args.problem)
     source = Path(args.candidate).read_text()
     candidate = Candidate.make(problem.id, args.backend or backend_of(source), source,
@@ -75,16 +78,16 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     common = dict(blob_dir=str(store.blob_dir), timeout_s=args.timeout)
     work = store.work_dir / run_id / candidate.id
     store.append("candidates", run_id, [candidate])
-    print(f"{candidate.backend} candidate {candidate.id} for {problem.id} on {device}; artifacts under {store.root} "
-          f"(run {run_id})", flush=True)
+    print(f"{candidate.backend} candidate {candidate.id} for {problem.id} on {device}; artifacts under "
+          f"{store.location} (run {run_id})", flush=True)
     results = [run_stage("compile", CompileRequest(candidate=candidate, problem=problem, workdir=str(work / "compile"),
-                                                   **common))]
+                                                   **common), mode)]
     store.append("compiles", run_id, results[-1:])
     if results[-1].status == "ok":
         results.append(run_stage("verify", VerifyRequest.model_validate(dict(
             problem=problem, candidate=candidate, device=device, sizes=defaults.verified_sizes(problem, device, sizes),
             workdir=str(work / "verify"),
-            **common))))
+            **common)), mode))
         store.append("verifications", run_id, results[-1:])
     for r in results:
         kind = f": {r.failure_kind}" if r.failure_kind else ""
@@ -98,7 +101,7 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     baselines = args.baselines.split(",") if args.baselines else defaults.baselines(device)
     timed_result = cast(BenchmarkResult, run_stage("benchmark", BenchmarkRequest.model_validate(dict(
         problem=problem, candidate=candidate, device=device, sizes=sizes, baselines=baselines,
-        workdir=str(work / "benchmark"), **common))))
+        workdir=str(work / "benchmark"), **common)), mode))
     store.append_benchmark(run_id, timed_result)
     kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
     print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")
@@ -118,12 +121,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     store = Store(args.store)
     runs = store.runs()
     if runs.empty:
-        print(f"no runs in {store.root}", file=sys.stderr)
+        print(f"no runs in {store.location}", file=sys.stderr)
         return 1
     run_id = runs.sort_values("started_at").run_id.iloc[-1] if args.run == "latest" else args.run
     record = runs[runs.run_id == run_id]
     if record.empty:
-        print(f"no run {run_id!r} in {store.root}; runs: {', '.join(runs.run_id)}", file=sys.stderr)
+        print(f"no run {run_id!r} in {store.location}; runs: {', '.join(runs.run_id)}", file=sys.stderr)
         return 1
     r = record.iloc[0]
     print(f"run {run_id}: {r.problem_id} on {r.device} ({r.sizes} shapes), {r.status}: {r.stop_reason}")
@@ -138,6 +141,52 @@ def cmd_show(args: argparse.Namespace) -> int:
     base = baselines(store, run_id)
     if not base.empty:
         print("\nbaseline medians (us), per workload:\n" + base.to_string())
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from artifacts.analysis import resolve
+    from artifacts.store import Store
+    from kernelflow.report import report
+    from stages.errors import KernelflowError
+
+    store = Store(args.store)
+    try:
+        run_ids = resolve(store, args.runs, args.campaign)
+    except KernelflowError as e:
+        print(e, file=sys.stderr)
+        return 1
+    out = Path(args.out)
+    out.write_text(report(store, run_ids))
+    print(f"report of {len(run_ids)} run(s) written to {out.resolve()}")
+    return 0
+
+
+def cmd_flush(args: argparse.Namespace) -> int:
+    """Opening an S3 store already tries its spool (the uploads an unreachable S3 left pending): report what is left."""
+    from artifacts.store import Store
+
+    store = Store(args.store)
+    left = store.mirror.pending() if store.mirror else []
+    print(f"{len(left)} artifact file(s) still wait in {store.root / 'spool'} for {store.location}" if left else
+          f"nothing pending: every artifact is in {store.location}")
+    return 1 if left else 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from artifacts.store import Store
+    from kernelflow.export import ExportError, export
+
+    try:
+        manifest = export(Store(args.store), args.problem, args.out, run_id=args.run,
+                          even_if_slower=args.even_if_slower, force=args.force)
+    except ExportError as e:
+        print(f"nothing exported: {e}", file=sys.stderr)
+        return 1
+    won = "" if manifest["beats_baselines"] else " (NOT faster than the baseline: exported on request)"
+    print(f"exported {manifest['candidate']['backend']} candidate {manifest['candidate']['id']} of "
+          f"{manifest['problem']['id']} from run {manifest['run_id']}, {manifest['speedup_vs_eager']:.3f}x eager on "
+          f"{manifest['device']}{won}, to {Path(args.out).resolve()}; its __init__.py says how to use it")
     return 0
 
 
@@ -159,13 +208,75 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
     summary = optimize(args.problem, budget=args.budget, store=args.store, device=args.device, sizes=args.sizes,
                        proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
-                       baselines=args.baselines.split(",") if args.baselines else None, executor=args.executor,
+                       baselines=args.baselines.split(",") if args.baselines else None, executor=_executor(args),
                        policy=_policy(args.policy), model=args.model, llm_max_tokens=args.llm_max_tokens,
                        llm_max_usd=args.llm_max_usd, strategy=args.strategy, gpu_s_budget=args.gpu_seconds,
+                       target_sol=args.target_sol,
                        resume=args.resume, warm_start=args.warm_start)
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from flows.campaign import campaign
+    from flows.suite import SuiteError, load_suite
+
+    try:
+        load_suite(args.suite)  # say what is wrong with the file before Prefect starts
+    except SuiteError as e:
+        print(e, file=sys.stderr)
+        return 1
+    summary = campaign(str(Path(args.suite).resolve()), store=args.store, dispatch=args.dispatch)
+    for entry, outcome in summary["problems"].items():
+        print(f"{entry:28s} {outcome['status']:9s} {outcome['verdict']:12s} {outcome['run_id'] or '-'}")
+    print(f"campaign {summary['campaign_id']}; report {summary['report'] or '(no run)'}\n"
+          f"`kernelflow report --campaign {summary['campaign_id']} --store {summary['store']}`")
+    return 1 if any(o["status"] == "failed" or o["verdict"] in ("slower", "broken")
+                    for o in summary["problems"].values()) else 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from kernelflow.deploy import deploy
+
+    applied = deploy(gpus=args.gpus, host=args.host, image=args.image, workdir=args.workdir, pool_type=args.pool_type,
+                     **({"prefect_file": Path(args.prefect_file)} if args.prefect_file else {}))
+    for pool, queues in applied["queues"].items():
+        print(f"work pool {pool}: queues {', '.join(queues)} (concurrency limit 1 each)")
+    print(f"deployments: {', '.join(applied['deployments'])}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from kernelflow.deploy import serve
+
+    when = {"cron": args.cron} if args.cron else {}  # default: the nightly schedule of infra/prefect.yaml
+    serve(args.suite, timezone=args.timezone, name=args.name, store=args.store, dispatch=args.dispatch, **when)
+    return 0
+
+
+STORE_HELP = ("artifact store: a directory or s3://bucket/prefix (endpoint and keys as boto3 reads them, e.g. "
+              "AWS_ENDPOINT_URL; local copy in $KERNELFLOW_STORE_LOCAL); default $KERNELFLOW_STORE or ./runs")
+
+
+def executor_options(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--executor", choices=["subprocess", "inline", "docker"], default="subprocess",
+                    help="where stages that run candidate code run: a subprocess, this process (trusted code only), "
+                    "or a container per stage call (needs --image)")
+    sp.add_argument("--image", help="stage worker image for --executor docker (`make images`: kernelflow-cpu, "
+                    "kernelflow-gpu)")
+
+
+def _executor(args: argparse.Namespace) -> Mode:
+    from stages.docker_executor import Docker
+
+    if args.executor != "docker":
+        if args.image:
+            raise SystemExit("--image goes with --executor docker")
+        return args.executor
+    if not args.image:
+        raise SystemExit("--executor docker needs --image NAME (an image built by `make images`, e.g. kernelflow-cpu)")
+    return Docker(image=args.image)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -173,7 +284,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--store", help="artifact store directory (default $KERNELFLOW_STORE or ./runs)")
+        sp.add_argument("--store", help=STORE_HELP)
         sp.add_argument("--device", choices=["cuda", "cpu"], help="default: cuda if a GPU is visible, else cpu")
         sp.add_argument("--sizes", choices=["gpu", "cpu"], help="workload set to time (default: gpu on cuda)")
         sp.add_argument("--backend", choices=["triton", "cuda", "cute", "torch"])
@@ -192,6 +303,8 @@ def parser() -> argparse.ArgumentParser:
                    "agents (specialized agents taking turns, a shared memory, a deterministic guard)")
     o.add_argument("--gpu-seconds", type=float, help="stop when verify, benchmark and profile calls have used this "
                    "much device time")
+    o.add_argument("--target-sol", type=float, metavar="FRACTION", help="stop once the best candidate reaches this "
+                   "share of speed of light (floor / median, geomean over the timed shapes; a GPU with known ceilings)")
     o.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run from its artifacts (its "
                    "unfinished candidates first; its strategy's saved state)")
     o.add_argument("--warm-start", action="store_true", help="evaluate the last finished run's best candidate of "
@@ -200,7 +313,7 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--llm-max-tokens", type=int, help="stop the run when its LLM calls have used this many tokens")
     o.add_argument("--llm-max-usd", type=float, help="stop the run when its LLM calls cost this much (estimate from "
                    "KERNELFLOW_LLM_PRICE_IN/_OUT, dollars per million tokens)")
-    o.add_argument("--executor", choices=["subprocess", "inline"], default="subprocess")
+    executor_options(o)
     o.add_argument("--policy", action="append", metavar="FIELD=true|false",
                    help="override the problem's policy for this run, e.g. allow_vendor_libraries=false (repeatable)")
     common(o)
@@ -218,12 +331,59 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("problem")
         sp.add_argument("candidate")
         sp.add_argument("--timeout", type=float, default=600.0, help="per-stage deadline, seconds")
+        executor_options(sp)
         common(sp)
         sp.set_defaults(fn=lambda a, t=timed: _judge(a, t))
     s = sub.add_parser("show", help="leaderboard of a run, from the artifacts alone")
     s.add_argument("run", nargs="?", default="latest")
-    s.add_argument("--store")
+    s.add_argument("--store", help=STORE_HELP)
     s.set_defaults(fn=cmd_show)
+    r = sub.add_parser("report", help="one self-contained HTML report (plots, leaderboards) of runs, from the "
+                       "artifacts alone (docs/REPORTS.md)")
+    r.add_argument("runs", nargs="*", help="run ids, or 'latest' (the default)")
+    r.add_argument("--campaign", metavar="all|RUN_ID,RUN_ID", help="several runs: 'all' (every run in the store) or "
+                   "comma-separated run ids")
+    r.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
+    r.add_argument("--store", help=STORE_HELP)
+    r.set_defaults(fn=cmd_report)
+    f = sub.add_parser("flush", help="upload what an S3 store's spool holds (written while S3 was unreachable)")
+    f.add_argument("--store", help=STORE_HELP)
+    f.set_defaults(fn=cmd_flush)
+    e = sub.add_parser("export", help="write a problem's best verified kernel as a drop-in package (docs/EXPORT.md)")
+    e.add_argument("problem", help="problem id (e.g. 09_silu) or its file")
+    e.add_argument("--out", required=True, help="the package folder to write (its name is the package's name)")
+    e.add_argument("--store", help=STORE_HELP)
+    e.add_argument("--run", metavar="RUN_ID", help="export this run's winner (default: the best over every run)")
+    e.add_argument("--even-if-slower", action="store_true", help="when a baseline won, export the best verified "
+                   "candidate anyway (the manifest and docstring say it is slower)")
+    e.add_argument("--force", action="store_true", help="replace an earlier export at --out")
+    e.set_defaults(fn=cmd_export)
+    c = sub.add_parser("campaign", help="optimize every problem of a suite file (docs/CAMPAIGNS.md); exit 1 when one "
+                       "failed or re-timed slower than last time")
+    c.add_argument("suite", help="the suite (YAML), e.g. suites/nightly.yaml")
+    c.add_argument("--store", help=STORE_HELP + "; overrides the suite's")
+    c.add_argument("--dispatch", choices=["local", "deployments"], help="overrides the suite's: subflows here, or "
+                   "flow runs of the optimize deployment on the GPU work queues (kernelflow deploy)")
+    c.set_defaults(fn=cmd_campaign)
+    d = sub.add_parser("deploy", help="create or update the work pool, one queue per GPU and the deployments of "
+                       "infra/prefect.yaml at $PREFECT_API_URL (infra/README.md)")
+    d.add_argument("--gpus", type=int, default=1, help="GPU queues to make: gpu-0 .. gpu-(N-1)")
+    d.add_argument("--host", help="name the queues HOST-gpu-N (one deploy per GPU host)")
+    d.add_argument("--image", help="the flow-run image (default kernelflow-gpu:latest, infra/work-pool.json)")
+    d.add_argument("--workdir", help="the checkout's path on the hosts (default infra/prefect.yaml's pull step)")
+    d.add_argument("--pool-type", choices=["docker", "process"], default="docker", help="docker: a container per "
+                   "flow run with its GPU as a device request (infra/work-pool.json); process: hosts without docker, "
+                   "one worker per GPU with CUDA_VISIBLE_DEVICES set (infra/README.md)")
+    d.add_argument("--prefect-file", help="deployments file (default infra/prefect.yaml)")
+    d.set_defaults(fn=cmd_deploy)
+    v = sub.add_parser("serve", help="serve the campaign flow over a suite on a cron schedule, in this process")
+    v.add_argument("suite")
+    v.add_argument("--cron", help="when, as cron (default 0 2 * * *: 02:00 every day)")
+    v.add_argument("--timezone", default="UTC")
+    v.add_argument("--name", help="the deployment's name (default the suite's)")
+    v.add_argument("--store", help=STORE_HELP + "; overrides the suite's")
+    v.add_argument("--dispatch", choices=["local", "deployments"], help="overrides the suite's")
+    v.set_defaults(fn=cmd_serve)
     return p
 
 

@@ -27,6 +27,14 @@ class InfrastructureError(KernelflowError):
     """Something outside the candidate failed (store, worker, toolchain crash); Prefect retries these."""
 
 
+class StoreUnavailable(InfrastructureError):
+    """The remote artifact store (S3) did not answer, or refused, after retries."""
+
+    def __init__(self, url: str, action: str, error: BaseException):
+        self.url, self.action, self.error = url, action, error
+        super().__init__(f"{action} at {url} failed: {type(error).__name__}: {error}")
+
+
 class StopSearch(KernelflowError):
     """A stop condition of the optimize loop (budget, wall time, target reached), with its reason."""
 

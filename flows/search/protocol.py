@@ -34,6 +34,7 @@ class Budgets:
     candidates: int
     wall_time_s: float
     gpu_s: float | None = None  # device seconds of verify, benchmark and profile calls; None: no limit
+    target_sol: float | None = None  # stop once the best is at this share of speed of light (stages/sol_target.py)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ def spent(run: Run, budgets: Budgets, started: float) -> str | None:
         return f"wall-time budget of {budgets.wall_time_s:.0f} s spent"
     if budgets.gpu_s is not None and run.gpu_s >= budgets.gpu_s:
         return f"device-time budget of {budgets.gpu_s:.0f} s spent ({run.gpu_s:.0f} s)"
+    if budgets.target_sol is not None and run.best is not None and (
+            reached := run.sol_fractions.get(run.best[1].id)) is not None and reached >= budgets.target_sol:
+        return f"target of {budgets.target_sol:.2f} of speed of light reached: the best is at {reached:.2f}"
     return run.llm.exhausted()
 
 

@@ -1,0 +1,320 @@
+"""The docker executor: stage calls in real containers on a real engine (CPU), and the engine's failure paths on a
+fake docker client.
+
+The container tests need a Docker engine and the image `make image-cpu` builds from this checkout
+(KERNELFLOW_TEST_IMAGE, default kernelflow-cpu). Without them they skip with the command that provides them, except
+under CI (CI=true), where .ci/run provides both and their absence fails.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+import requests
+
+from artifacts.blobs import blob_path, put_bytes
+from kernelflow.cli import main as cli
+from kernelflow.cli import parser
+from stages import docker_executor, generate
+from stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
+from stages.docker_executor import FINGERPRINT_LABEL, FINGERPRINTED, Docker, code_fingerprint
+from stages.errors import InfrastructureError
+from stages.executor import run_stage
+from tests.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE = os.environ.get("KERNELFLOW_TEST_IMAGE", "kernelflow-cpu")
+DOCKER = Docker(image=IMAGE, mem_limit="2g", tmp_size="1g")
+
+
+def _engine_missing() -> str | None:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as e:
+        return f"no Docker engine ({e}): `make docker-engine` starts one"
+    try:
+        labels = client.images.get(IMAGE).attrs["Config"]["Labels"] or {}
+    except docker.errors.ImageNotFound:
+        return f"no image {IMAGE}: `make base-image image-cpu CPU_BASE=kernelflow-base:bookworm` builds it"
+    if labels.get(FINGERPRINT_LABEL) != code_fingerprint():
+        return f"image {IMAGE} carries other stage code than this checkout: `make image-cpu ...` rebuilds it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def engine():
+    if missing := _engine_missing():
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the docker executor's tests on a real engine: {missing}")
+        pytest.skip(missing)
+    return docker.from_env()
+
+
+def stage_containers(client) -> list:
+    return client.containers.list(all=True, filters={"label": "org.kernelflow.stage"})
+
+
+def candidate(source: str, backend: str = "torch") -> Candidate:
+    return Candidate.make(SOFTMAX.id, backend, source, Origin(kind="user", proposer="test"))
+
+
+def verify_request(tmp_path: Path, source: str, **kw) -> VerifyRequest:
+    return VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+                         candidate=candidate(source), policy=TORCH_COMPUTE, **{"timeout_s": 120, **kw})
+
+
+# --- with a real engine ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_every_adversarial_verdict_is_the_same_in_a_container(engine, name: str, tmp_path: Path):
+    result = verify(name, tmp_path, DOCKER)  # type: ignore[arg-type]
+    assert (result.status, result.failure_kind) == (("ok", None) if EXPECTED[name] is None else ("failed", EXPECTED[name])), result.message
+    assert (tmp_path / "blobs" / result.blobs["stage_log"][:2] / result.blobs["stage_log"]).is_file()
+
+
+def test_a_hang_is_killed_at_the_deadline_and_its_container_removed(engine, tmp_path: Path):
+    started = time.perf_counter()
+    result = run_stage("verify", verify_request(tmp_path, (FIXTURES / "hang.py").read_text(), timeout_s=5), DOCKER)
+    assert (result.status, result.failure_kind) == ("failed", "timeout") and "5 s deadline" in result.message
+    assert time.perf_counter() - started < 20 and stage_containers(engine) == []
+
+
+def test_the_memory_limit_kills_with_an_oom_verdict(engine, tmp_path: Path):
+    hog = (FIXTURES / "good.py").read_text() + "\nimport torch\nHOG = [torch.ones(2**26) for _ in range(40)]\n"
+    result = run_stage("verify", verify_request(tmp_path, hog), DOCKER.model_copy(update={"mem_limit": "512m"}))
+    assert (result.status, result.failure_kind) == ("failed", "oom") and "512m" in result.message
+
+
+PROBE = '''
+import errno, json, os, pathlib, socket
+out = {"uid": os.getuid(), "env": dict(os.environ), "interfaces": [n for _, n in socket.if_nameindex()],
+       "blobs_seen": sorted(str(p) for p in pathlib.Path(BLOB_DIR).rglob("*")),
+       "root_mount": next(line for line in open("/proc/self/mounts") if line.split()[1] == "/")}
+try:
+    pathlib.Path("/probe").write_text("x")
+except OSError as e:
+    out["root_write"] = errno.errorcode[e.errno]
+pathlib.Path("/tmp/probe").write_text("x")
+cg = pathlib.Path("/sys/fs/cgroup")
+out["mem_max"] = next((p.read_text().strip() for p in (cg / "memory/memory.limit_in_bytes", cg / "memory.max")
+                       if p.exists()), None)
+out["pids_max"] = next((p.read_text().strip() for p in (cg / "pids/pids.max", cg / "pids.max") if p.exists()), None)
+good, bad = b"planted by the candidate", b"not what its name says"
+import hashlib
+sha = hashlib.sha256(good).hexdigest()
+for name, data in ((sha, good), ("0" * 64, bad)):
+    (pathlib.Path(BLOB_DIR) / name[:2]).mkdir(exist_ok=True)
+    (pathlib.Path(BLOB_DIR) / name[:2] / name).write_bytes(data)
+pathlib.Path("probe.json").write_text(json.dumps(out))
+'''
+
+
+def test_the_container_is_a_sandbox(engine, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "must-not-leak-either")
+    monkeypatch.setenv("KERNELFLOW_CODE_VERSION", "test-version")
+    existing = put_bytes(tmp_path / "blobs", b"another candidate's artifact")
+    source = (FIXTURES / "good.py").read_text() + f"\nBLOB_DIR = {str(tmp_path / 'blobs')!r}\n" + PROBE
+    result = run_stage("verify", verify_request(tmp_path, source),
+                       DOCKER.model_copy(update={"mem_limit": "1g", "pids_limit": 321}))
+    assert result.status == "ok", result.message
+    probe = json.loads((tmp_path / "work" / "probe.json").read_text())
+    assert probe["uid"] != 0 and probe["uid"] == (10001 if os.getuid() == 0 else os.getuid())
+    assert "must-not-leak" not in json.dumps(probe["env"]) and probe["env"]["KERNELFLOW_CODE_VERSION"] == "test-version"
+    assert probe["interfaces"] == ["lo"]  # network none: loopback only, no route anywhere
+    assert probe["root_write"] == "EROFS" and " ro," in probe["root_mount"]
+    assert (probe["mem_max"], probe["pids_max"]) == (str(2**30), "321")
+    assert probe["blobs_seen"] == []  # a fresh blob directory: the store's blobs are out of reach
+    planted = __import__("hashlib").sha256(b"planted by the candidate").hexdigest()
+    assert blob_path(tmp_path / "blobs", planted).is_file() and blob_path(tmp_path / "blobs", existing).is_file()
+    assert not blob_path(tmp_path / "blobs", "0" * 64).exists()  # a blob whose content is not its name stays out
+
+
+def test_a_triton_candidate_compiles_and_verifies_in_containers(engine, tmp_path: Path):
+    triton = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton")).candidates[0]
+    common = dict(blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX, candidate=triton)
+    compiled = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), **common), DOCKER)
+    assert compiled.status == "ok", compiled.message
+    cubins = [sha for name, sha in compiled.blobs.items() if name.startswith("cubin:")]
+    assert cubins and all(blob_path(tmp_path / "blobs", sha).read_bytes()[:4] == b"\x7fELF" for sha in cubins)
+    checked = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "verify"), device="cpu", **common), DOCKER)
+    assert (checked.status, checked.failure_kind) == ("ok", None), checked.message
+
+
+def test_the_container_reads_the_problem_as_the_request_carries_it(engine, tmp_path: Path):
+    broken = SOFTMAX.model_copy(update={"source": "raise RuntimeError('the problem text of the request')\n"})
+    request = verify_request(tmp_path, (FIXTURES / "good.py").read_text()).model_copy(update={"problem": broken})
+    with pytest.raises(InfrastructureError, match="the problem text of the request"):
+        run_stage("verify", request, DOCKER)
+
+
+def test_a_stale_image_is_refused(engine, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(docker_executor, "_own_fingerprint", lambda: "other code")
+    with pytest.raises(InfrastructureError, match="other stage code than this checkout"):
+        run_stage("verify", verify_request(tmp_path, (FIXTURES / "good.py").read_text()), DOCKER)
+
+
+def test_the_cli_verifies_through_the_docker_executor(engine, tmp_path: Path, capsys):
+    triton = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton")).candidates[0]
+    (tmp_path / "candidate.py").write_text(triton.source)
+    code = cli(["verify", SOFTMAX.path, str(tmp_path / "candidate.py"), "--device", "cpu", "--store",
+                str(tmp_path / "store"), "--executor", "docker", "--image", IMAGE])
+    assert code == 0 and "VERIFIED" in capsys.readouterr().out
+    logs = list((tmp_path / "store").rglob("verify.log"))
+    assert logs and stage_containers(engine) == []
+
+
+def test_the_optimize_flow_runs_its_stages_in_containers(engine, request, tmp_path: Path):
+    from flows.optimize import main as optimize
+
+    request.getfixturevalue("prefect_harness")  # session-scoped: asked for here, it starts only with an engine
+
+    summary = optimize(str(ROOT / "problems" / "17_elementwise_chain.py"), budget=1, store=str(tmp_path),
+                       device="cpu", executor=DOCKER)
+    assert summary["best_candidate_id"], summary
+    requests_seen = {p.name for p in tmp_path.rglob("*.request.json")}
+    assert {"compile.request.json", "verify.request.json", "benchmark.request.json"} <= requests_seen
+    assert all(json.loads(p.read_text())["problem"]["path"].startswith(docker_executor.PROBLEM_DIR)
+               for p in tmp_path.rglob("verify.request.json"))  # what only the docker executor writes
+
+
+# --- without an engine ----------------------------------------------------------------------------------------------
+
+
+def test_the_fingerprint_covers_everything_a_stage_process_imports():
+    script = ("import importlib, pkgutil, sys, stages\n"
+              "for m in pkgutil.walk_packages(stages.__path__, 'stages.'): importlib.import_module(m.name)\n"
+              "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] in "
+              "('artifacts', 'kernelflow', 'flows'))))")
+    loaded = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    covered = [e for e in FINGERPRINTED if not (ROOT / e).is_dir()]
+    assert sorted(str(Path(f).relative_to(ROOT)) for f in loaded.stdout.split()) == sorted(covered)
+
+
+def test_the_cli_builds_the_docker_executor_from_its_options():
+    from kernelflow.cli import _executor
+
+    assert _executor(parser().parse_args(["optimize", "p.py", "--executor", "docker", "--image", "x"])) == \
+        Docker(image="x")
+    assert _executor(parser().parse_args(["verify", "p.py", "c.py"])) == "subprocess"
+    with pytest.raises(SystemExit, match="needs --image"):
+        _executor(parser().parse_args(["bench", "p.py", "c.py", "--executor", "docker"]))
+
+
+class FakeContainer:
+    """What the executor calls on a container; `fail` names the call that raises, as the engine would."""
+
+    def __init__(self, fail: dict[str, Exception]):
+        self.id, self.fail, self.calls = "f" * 64, fail, []
+        self.attrs = {"State": {"OOMKilled": False}}
+
+    def _call(self, name: str, result=None):
+        self.calls.append(name)
+        if name in self.fail:
+            raise self.fail[name]
+        return result
+
+    def start(self):
+        return self._call("start")
+
+    def wait(self, timeout):
+        return self._call("wait", {"StatusCode": 0})
+
+    def kill(self):
+        return self._call("kill")
+
+    def logs(self, stdout, stderr):
+        return self._call("logs", b"")
+
+    def reload(self):
+        return self._call("reload")
+
+    def remove(self, force):
+        return self._call(f"remove(force={force})")
+
+
+class FakeClient:
+    def __init__(self, container: FakeContainer, user: str = "10001:10001", fingerprint: str | None = None):
+        self.container, self.created = container, {}
+        labels = {FINGERPRINT_LABEL: fingerprint or docker_executor._own_fingerprint()}
+        image = type("Image", (), {"attrs": {"Config": {"User": user, "Labels": labels}}})()
+        self.images = type("Images", (), {"get": lambda _, name: image if name == IMAGE else self._missing(name)})()
+        self.containers = type("Containers", (), {"create": self._create})()
+
+    def close(self):
+        pass
+
+    @staticmethod
+    def _missing(name: str):
+        raise docker.errors.ImageNotFound(f"No such image: {name}")
+
+    def _create(self, image, command, **kw):
+        self.created = dict(image=image, command=command, **kw)
+        return self.container
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def install(fail: dict[str, Exception] | None = None, **kw) -> FakeClient:
+        client = FakeClient(FakeContainer(fail or {}), **kw)
+        monkeypatch.setattr(docker_executor, "_client", lambda: client)
+        return client
+    return install
+
+
+def test_the_container_is_created_locked_down(fake, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    client = fake()
+    run_stage("verify", verify_request(tmp_path, "x = 1"), DOCKER)  # no result file: a crash row, as expected
+    kw = client.created
+    assert kw["network_mode"] == "none" and kw["read_only"] is True and kw["cap_drop"] == ["ALL"]
+    assert (kw["mem_limit"], kw["pids_limit"], kw["device_requests"]) == ("2g", 4096, None)  # CPU: no GPU
+    assert "OPENAI_API_KEY" not in kw["environment"] and kw["environment"]["TRITON_INTERPRET"] == "1"
+    assert kw["command"][:3] == ["python", "-m", "stages.verify"] and list(kw["tmpfs"]) == ["/tmp"]
+    assert client.container.calls == ["start", "wait", "logs", "reload", "remove(force=True)"]
+
+
+def test_a_cuda_request_gets_the_gpus_and_compile_never_does(fake, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    client = fake()
+    run_stage("verify", verify_request(tmp_path, "x = 1", device="cuda"), DOCKER)
+    (gpus,) = client.created["device_requests"]
+    assert (gpus["DeviceIDs"], gpus["Capabilities"]) == (["2", "3"], [["gpu"]])
+    assert "TRITON_INTERPRET" not in client.created["environment"]
+    run_stage("compile", CompileRequest(workdir=str(tmp_path / "c"), blob_dir=str(tmp_path / "b"),
+                                        candidate=candidate("x = 1")), DOCKER)
+    assert client.created["device_requests"] is None
+
+
+def test_an_engine_failure_is_an_infrastructure_error_and_the_container_is_removed(fake, tmp_path: Path):
+    client = fake({"start": docker.errors.APIError("cannot start: no such runtime")})
+    with pytest.raises(InfrastructureError, match="no such runtime"):
+        run_stage("verify", verify_request(tmp_path, "x = 1"), DOCKER)
+    assert client.container.calls == ["start", "remove(force=True)"]
+
+
+def test_an_engine_lost_before_the_deadline_is_not_a_timeout(fake, tmp_path: Path):
+    client = fake({"wait": requests.exceptions.ConnectionError("engine went away")})
+    with pytest.raises(InfrastructureError, match="engine went away"):
+        run_stage("verify", verify_request(tmp_path, "x = 1", timeout_s=600), DOCKER)
+    assert client.container.calls == ["start", "wait", "remove(force=True)"]
+
+
+@pytest.mark.parametrize(("kw", "image", "match"), [
+    ({}, "no-such-image", "make images"),
+    ({"user": ""}, IMAGE, "runs as root"),
+    ({"user": "0:0"}, IMAGE, "runs as root"),
+    ({"fingerprint": "old"}, IMAGE, "other stage code"),
+])
+def test_an_unusable_image_is_refused_before_any_container(fake, tmp_path: Path, kw, image, match):
+    client = fake(**kw)
+    with pytest.raises(InfrastructureError, match=match):
+        run_stage("verify", verify_request(tmp_path, "x = 1"), Docker(image=image))
+    assert client.created == {}
