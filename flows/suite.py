@@ -9,12 +9,13 @@ deployment). suites/nightly.yaml is an example; docs/CAMPAIGNS.md describes ever
       - 09_silu                                # a stem of problems/ ...
       - problems/17_elementwise_chain.py       # ... or a path (relative to the suite file, then to the project)
       - {problem: 01_softmax, name: softmax-llm, proposer: llm, budget: 4}
+      - {solexec: sol/rmsnorm_d4096}           # a SOL-ExecBench definition folder (definition.json, workload.jsonl)
     llm: {model: NAME, max_tokens: 2000000, max_usd: 5}
 
 A suite never holds a key: the LLM endpoint and key come from the environment of the process that runs the
 proposer (OPENAI_BASE_URL, OPENAI_API_KEY or KERNELFLOW_LLM_SECRET_BLOCK), as for `kernelflow optimize`.
-SOL-ExecBench definitions (definition.json + workload.jsonl) are refused: the problem loader reads KernelBench
-files only (stages/problem.py).
+A SOL-ExecBench definition (a folder with definition.json and workload.jsonl, named by `solexec:` or by `problem:`)
+is translated into a problem module first (stages/solexec.py); optimize then runs it like any other problem file.
 """
 
 from __future__ import annotations
@@ -85,17 +86,21 @@ class Settings(Contract):
 class Entry(Settings):
     """One problem of the suite, with its own settings."""
 
-    problem: str = Field(description="a stem of problems/ (09_silu) or a path to a KernelBench .py file")
+    problem: str = Field(default="", description="a stem of problems/ (09_silu), a path to a KernelBench .py file "
+                         "or to a SOL-ExecBench definition folder")
+    solexec: str | None = Field(default=None, description="instead of `problem`: a SOL-ExecBench definition folder "
+                                "(definition.json + workload.jsonl) or its definition.json")
     name: str = Field(default="", description="the entry's name in the campaign's tables and artifacts (default: "
-                      "the problem's stem); list a problem twice, e.g. with two proposers, under two names")
+                      "the problem's stem, or the definition's folder); list a problem twice, e.g. with two "
+                      "proposers, under two names")
 
     @model_validator(mode="after")
     def _named(self) -> Entry:
-        if self.problem.endswith((".json", ".jsonl")) or Path(self.problem).name == "definition":
-            raise ValueError(f"{self.problem}: SOL-ExecBench definitions are not supported yet (the problem loader "
-                             "reads KernelBench .py files only)")
+        if bool(self.problem) == (self.solexec is not None):
+            raise ValueError(f"an entry names exactly one of `problem` and `solexec` ({self.problem or self.solexec})")
+        given = Path(self.solexec or self.problem)
         if not self.name:
-            self.name = Path(self.problem).stem
+            self.name = given.parent.name if given.name == "definition.json" else given.stem
         return self
 
 
@@ -181,19 +186,24 @@ class Suite(Contract):
 
     def problem_path(self, entry: Entry) -> str:
         """The entry's problem file: a path relative to the suite file, the working directory or the project; a
-        stem in problems/. Unresolved, the first guess (loading it then fails as the entry's own failure)."""
-        given = Path(entry.problem)
-        if given.suffix != ".py" and len(given.parts) == 1:
-            return str(PROBLEMS / f"{entry.problem}.py")
+        stem in problems/; a SOL-ExecBench definition's translated module (stages/solexec.py). Unresolved or broken,
+        a file that fails to load with the reason, as the entry's own failure."""
+        from stages.solexec import is_definition, resolve
+
+        given = Path(entry.solexec or entry.problem)
         bases = [Path(self.path).parent if self.path else Path.cwd(), Path.cwd(), PROJECT_ROOT]
         tried = [given] if given.is_absolute() else [(b / given).resolve() for b in bases]
-        return str(next((p for p in tried if p.is_file()), tried[0]))
+        stem = entry.solexec is None and given.suffix != ".py" and len(given.parts) == 1
+        if stem and not any(is_definition(p) for p in tried):
+            return str(PROBLEMS / f"{entry.problem}.py")
+        found = next((p for p in tried if p.is_file() or is_definition(p)), tried[0])
+        return resolve(found, deferred=True)
 
     def optimize_kwargs(self, entry: Entry) -> dict[str, Any]:
         """optimize's parameters for this entry (store and warm start are the campaign's to add); unset settings are
         left out, so optimize's own defaults apply."""
         settings = {**self.defaults.model_dump(exclude_none=True),
-                    **entry.model_dump(exclude_none=True, exclude={"problem", "name"})}
+                    **entry.model_dump(exclude_none=True, exclude={"problem", "solexec", "name"})}
         if "gpu_seconds" in settings:
             settings["gpu_s_budget"] = settings.pop("gpu_seconds")
         llm = {"model": self.llm.model, "llm_max_tokens": self.llm.max_tokens, "llm_max_usd": self.llm.max_usd}

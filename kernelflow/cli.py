@@ -26,12 +26,18 @@ def _default_device() -> Device:
 def cmd_validate(args: argparse.Namespace) -> int:
     from stages.errors import ProblemError
     from stages.problem import check_runs, load_problem
+    from stages.solexec import is_definition, resolve
 
-    paths = [p for arg in args.paths for p in (sorted(Path(arg).glob("*.py")) if Path(arg).is_dir() else [Path(arg)])]
+    def expand(arg: Path) -> list[Path]:  # a directory: its .py files and SOL-ExecBench definition folders
+        if not arg.is_dir() or is_definition(arg):
+            return [arg]
+        return sorted(arg.glob("*.py")) + sorted(d for d in arg.iterdir() if d.is_dir() and is_definition(d))
+
+    paths = [p for arg in args.paths for p in expand(Path(arg))]
     broken = 0
     for path in paths:
         try:
-            problem = load_problem(path)
+            problem = load_problem(resolve(path))
             notes = check_runs(problem, "cpu" if problem.cpu_workloads else "gpu")
             print(f"ok      {path}: dtype {problem.dtype}, {len(problem.gpu_workloads)} GPU and "
                   f"{len(problem.cpu_workloads)} CPU shapes; " + "; ".join(notes))
@@ -48,7 +54,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     if args.gpu not in KNOWN_PEAKS:
         print(f"no ceilings known for {args.gpu!r}; known: {', '.join(KNOWN_PEAKS)}", file=sys.stderr)
         return 1
-    return roofline(args.paths, gpu=args.gpu)
+    from stages.solexec import resolve
+
+    return roofline([resolve(p, deferred=True) for p in args.paths], gpu=args.gpu)
 
 
 def _judge(args: argparse.Namespace, timed: bool) -> int:
@@ -65,9 +73,10 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     )
     from stages.executor import run_stage
     from stages.problem import load_problem
+    from stages.solexec import resolve
 
     mode = _executor(args)
-    problem = load_problem(args.problem)
+    problem = load_problem(resolve(args.problem))
     source = Path(args.candidate).read_text()
     candidate = Candidate.make(problem.id, args.backend or backend_of(source), source,
                                Origin(kind="user", proposer="file", params={"path": str(Path(args.candidate).resolve())}))
@@ -205,9 +214,10 @@ def _policy(pairs: list[str] | None) -> dict | None:
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     from flows.optimize import main as optimize
+    from stages.solexec import resolve
 
-    summary = optimize(args.problem, budget=args.budget, store=args.store, device=args.device, sizes=args.sizes,
-                       proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
+    summary = optimize(resolve(args.problem), budget=args.budget, store=args.store, device=args.device,
+                       sizes=args.sizes, proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
                        baselines=args.baselines.split(",") if args.baselines else None, executor=_executor(args),
                        policy=_policy(args.policy), model=args.model, llm_max_tokens=args.llm_max_tokens,
                        llm_max_usd=args.llm_max_usd, strategy=args.strategy, gpu_s_budget=args.gpu_seconds,
@@ -319,7 +329,8 @@ def parser() -> argparse.ArgumentParser:
     common(o)
     o.set_defaults(fn=cmd_optimize)
     pr = sub.add_parser("problems", help="problem files").add_subparsers(dest="action", required=True)
-    v = pr.add_parser("validate", help="check problem files (or directories of them)")
+    v = pr.add_parser("validate", help="check problem files, SOL-ExecBench definition folders, or directories of "
+                      "either")
     v.add_argument("paths", nargs="+")
     v.set_defaults(fn=cmd_validate)
     rf = pr.add_parser("roofline", help="counted work, SOL floor and bottleneck class per GPU shape")

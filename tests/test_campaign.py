@@ -64,7 +64,7 @@ def test_a_suite_reads_its_entries_and_refuses_what_it_cannot_do(tmp_path: Path)
         "api_key": "llm: {model: m, api_key: sk-123}",
         "unknown strategy": "defaults: {strategy: annealing}",
         "entries named twice": "  - {problem: 09_silu, proposer: builtin}",
-        "SOL-ExecBench definitions are not supported": "  - {problem: sol/definition.json, name: sol}",
+        "exactly one of `problem` and `solexec`": "  - {problem: 09_silu, solexec: sol, name: sol}",
         "Extra inputs are not permitted": "budgets: 3",
     }
     for why, line in refused.items():
