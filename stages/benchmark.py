@@ -4,10 +4,21 @@ Per workload: contenders interleaved in a shuffled order every round, each call 
 synced, L2 flushed, CUDA events), inputs rotated over several fresh sets, repetitions until the 95% interval
 of every median is tight or the budget ends. The candidate's outputs on timed calls are re-checked against
 the float64 reference, so a kernel cannot be right only when it is not being timed.
+
+Integrity (docs/INTEGRITY.md): the timer's primitives were bound before the candidate was imported
+(stages/timing.py), and every candidate call, timed ones included, runs in a guarded section (stages/integrity.py)
+that fails it as `cheat` if it replaced the timer, the statistics or the judge, changed a setting or left work
+running on a thread. Every timed call's kernel launches are counted: one that launches fewer than the fewest of the
+warm-up calls replayed a result, or let one launch serve several calls. Before each of its timed calls the
+candidate's inputs are rewritten in place (their version changes), and one rotation in every RECHECK_EVERY refills
+each set's buffers with another set's values: a result replayed by address (and version) is then stale. On CUDA, work a
+call leaves on other streams after its end event is measured (a side stream escapes the events), and persisting L2
+is reset before timing and must still be off after the candidate's calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import random
@@ -16,6 +27,7 @@ from typing import Any
 
 import torch
 
+from stages import static_checks
 from stages.candidate import load_model_class
 from stages.compare import judge
 from stages.contracts import (
@@ -25,19 +37,22 @@ from stages.contracts import (
     Provenance,
     SizeSet,
     Timing,
+    Tolerance,
     VerifyRequest,
     VerifyResult,
     Workload,
 )
 from stages.errors import CandidateFault
-from stages.inputs import draw, nbytes, trial_seed, upcast
+from stages.inputs import clone, draw, nbytes, trial_seed, upcast
 from stages.instantiate import baseline, build, classify, guarded, set_precision
+from stages.integrity import Guard
 from stages.problem import geomean, import_problem
 from stages.provenance import collect
-from stages.timing import Timer, median_ci, rel_width
+from stages.timing import Timer, left_running, median_ci, persisting_l2_bytes, rel_width, reset_persisting_l2
 
 Result = BenchmarkResult
 RECHECK_EVERY = 10  # re-check the candidate's outputs on every input set, in every 10th rotation of the sets
+SWAPPED = 1  # ... and, in the rotation after, with each set's buffers refilled with the next set's values
 
 
 def failed(req: BenchmarkRequest, kind: FailureKind, message: str, blobs: dict[str, str] | None = None):
@@ -65,39 +80,129 @@ def _contenders(req: BenchmarkRequest, ref: torch.nn.Module, new: torch.nn.Modul
 
 
 def _warm(contenders: dict[str, Any], args: list[Any], notes: list[str]) -> None:
-    for name in list(contenders):
+    for name in [n for n in contenders if n != "candidate"]:
         try:
             with torch.no_grad():
                 for _ in range(3):
                     guarded(contenders[name], *args)
         except CandidateFault as fault:
-            if name == "candidate":
-                raise
             notes.append(f"baseline {name} dropped: {fault.message[:300]}")
             del contenders[name]
 
 
+def _refill(buffers: list[Any], values: list[Any]) -> list[Any]:
+    """Copy `values`' tensors into `buffers`' tensors in place (same addresses, new contents); returns the old ones."""
+    old = clone(buffers)
+    for b, v in zip(buffers, values, strict=True):
+        if isinstance(b, torch.Tensor):
+            b.copy_(v)
+    return old
+
+
+class _Candidate:
+    """The candidate's calls on one workload: each in a guarded section; its launches counted (none after calls that
+    launched some, or fewer than the fewest of the warm-up calls, is a cheat); its tail (work left on other streams)
+    and the persisting-L2 set-aside checked."""
+
+    def __init__(self, guard: Guard, fn: Any, tolerance: Tolerance, workload: str):
+        self.guard, self.fn, self.tolerance, self.workload = guard, fn, tolerance, workload
+        self.fewest, self.most, self.tails = 0, 0, list[float]()
+
+    def launched(self, n: int, what: str) -> None:
+        if n == 0 and self.most:
+            raise CandidateFault("cheat", f"{what}: launched no kernel where its earlier calls launched {self.most}: "
+                                 "its result came from an earlier launch (replay, memoization, or one launch serving "
+                                 "several calls)")
+        if n < self.fewest:
+            raise CandidateFault("cheat", f"{what}: launched {n} kernels, every warm-up call launched at least "
+                                 f"{self.fewest}: one launch serving several timed calls, or a result replayed")
+        self.most = max(self.most, n)
+
+    def warm(self, args: list[Any]) -> None:
+        counts = []
+        for i in range(3):
+            what = f"{self.workload} warm-up call {i + 1}"
+            with self.guard.section(what) as call, torch.no_grad():
+                guarded(self.fn, *args)
+            self.launched(call.launches, what)
+            counts.append(call.launches)
+        self.fewest = min(counts)
+        self.l2(f"{self.workload} warm-up")
+
+    def l2(self, what: str) -> None:
+        if held := persisting_l2_bytes():
+            raise CandidateFault("cheat", f"{what}: {held} bytes of L2 are set aside as persisting (they survive the "
+                                 "flush between timed calls)")
+
+    def timed(self, timer: Timer, args: list[Any], what: str) -> tuple[float, Any]:
+        """One timed call. Its inputs are rewritten in place first (same values, a new version): a result kept by
+        address and version is stale."""
+        with torch.no_grad():
+            for a in args:
+                if isinstance(a, torch.Tensor):
+                    a.copy_(a)
+        with self.guard.section(what, timed=True) as call, torch.no_grad():
+            us, out = timer.time_us(self.fn, args)
+        self.launched(call.launches, what)
+        if timer.last_tail_us is not None:
+            self.tails.append(timer.last_tail_us)
+        self.l2(what)
+        return us, out
+
+    def check(self, out: Any, expect: list[tuple[Any, Any]], k: int, j: int, what: str) -> None:
+        """Judge a timed call's output on set j's values (held in set k's buffers when j != k)."""
+        try:
+            judge(out, expect[j][1], expect[j][0], self.tolerance, what)
+        except CandidateFault:
+            if j != k and _matches(out, expect[k], self.tolerance):
+                raise CandidateFault("cheat", f"{what}: its input buffers were refilled in place with other values, "
+                                     "and it returned the result of their old values: a result replayed by address") \
+                    from None
+            raise
+
+
+def _matches(out: Any, expect: tuple[Any, Any], tolerance: Tolerance) -> bool:
+    try:
+        judge(out, expect[1], expect[0], tolerance, "")
+    except CandidateFault:
+        return False
+    return True
+
+
 def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any, timer: Timer,
-                   prov: Provenance, notes: list[str]) -> list[Timing]:
-    ref, new = build(module, new_cls, w, req.device, seed=trial_seed(req.seed, w.name, "init"))
+                   prov: Provenance, notes: list[str], guard: Guard | None) -> list[Timing]:
+    reset_persisting_l2()
+    with guard.section(f"{w.name} constructor") if guard else contextlib.nullcontext():
+        ref, new = build(module, new_cls, w, req.device, seed=trial_seed(req.seed, w.name, "init"))
     sets = _input_sets(module, w, req, timer)
     contenders = _contenders(req, ref, new)
     _warm(contenders, sets[0], notes)
+    cand = _Candidate(guard, new, req.problem.tolerance, w.name) if new is not None and guard else None
     expect: list[tuple[Any, Any]] = []
-    if new is not None:
+    if cand is not None:
+        cand.warm(sets[0])
+        reset_persisting_l2()
         ref64 = copy.deepcopy(ref).double() if req.problem.policy.reference_fp64 else ref
         with torch.no_grad():
             expect = [(ref(*s), ref64(*upcast(s))) for s in sets]
     samples: dict[str, list[float]] = {name: [] for name in contenders}
+    tails: dict[str, list[float]] = {name: [] for name in contenders}
     rng, started, rep = random.Random(req.seed), time.perf_counter(), 0
     while True:
         order = list(contenders)
         rng.shuffle(order)
         for name in order:
-            k = rep % len(sets)
+            k, rotation = rep % len(sets), rep // len(sets)
+            j = (k + 1) % len(sets) if rotation % RECHECK_EVERY == SWAPPED and name == "candidate" else k
+            saved = _refill(sets[k], sets[j]) if j != k else None
             try:
-                with torch.no_grad():
-                    us, out = timer.time_us(contenders[name], sets[k])
+                if cand is not None and name == "candidate":
+                    us, out = cand.timed(timer, sets[k], f"{w.name} timed call {rep}")
+                else:
+                    with torch.no_grad():
+                        us, out = timer.time_us(contenders[name], sets[k])
+                    if timer.last_tail_us is not None:
+                        tails[name].append(timer.last_tail_us)
             except Exception as e:
                 if name == "candidate":
                     raise classify(e) from e
@@ -105,14 +210,20 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
                              f"{type(e).__name__}: {e}"[:400])  # the baseline's fault, not the candidate's
                 del contenders[name], samples[name]
                 continue
+            finally:
+                if saved is not None:
+                    _refill(sets[k], saved)
             samples[name].append(us)
-            if name == "candidate" and (rep // len(sets)) % RECHECK_EVERY == 0:  # every set, not only set 0
-                judge(out, expect[k][1], expect[k][0], req.problem.tolerance, f"{w.name} timed call {rep}")
+            if cand is not None and name == "candidate" and rotation % RECHECK_EVERY in (0, SWAPPED):
+                cand.check(out, expect, k, j, f"{w.name} timed call {rep}")  # every set, not only set 0
             del out
         rep += 1
         tight = all(rel_width(s) <= req.target_rel_ci for s in samples.values())
         if rep >= req.max_reps or (rep >= req.min_reps and (tight or time.perf_counter() - started > req.budget_s)):
             break
+    if cand is not None and (tail := left_running(samples["candidate"], cand.tails, tails.get("eager", []))):
+        raise CandidateFault("cheat", f"{w.name}: its calls left a median {tail:.1f} us of work running after their "
+                             "end event (work on a side stream the timer does not see)")
     rows = []
     for name, s in samples.items():
         med, lo, hi = median_ci(s)
@@ -157,9 +268,14 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
     prov = collect(req.device)
     timings: list[Timing] = []
     try:
-        new_cls = load_model_class(req.candidate, req.workdir, req.device) if req.candidate else None
+        guard, new_cls = None, None
+        if req.candidate:
+            static_checks.check(req.candidate.source, req.problem)
+            guard = Guard(req.workdir, req.candidate.source)
+            with guard.section("import"):
+                new_cls = load_model_class(req.candidate, req.workdir, req.device)
         for w in [w for w in req.problem.workloads(req.sizes) if req.workloads is None or w.name in req.workloads]:
-            timings += _time_workload(req, module, w, new_cls, timer, prov, notes)
+            timings += _time_workload(req, module, w, new_cls, timer, prov, notes, guard)
     except CandidateFault as fault:
         result = failed(req, fault.kind, fault.message)  # type: ignore[arg-type]
         result.timings = timings

@@ -9,7 +9,8 @@ process dedicated to one compile, `python -m stages.compile REQUEST.json RESULT.
 unset TRITON_INTERPRET, install a stand-in Triton driver for the target and replace load_inline, restoring
 nothing. Called anywhere else (a test, an inline executor, a process that already imported Triton in interpreter
 mode), `run` hands the request to that subprocess through stages.executor, so the outcome never depends on the
-caller's state, and a crash or hang costs only the child.
+caller's state, and a crash or hang costs only the child. Before anything is imported, the source passes the static
+checks (stages/static_checks.py): a hit fails the candidate as `cheat`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import sys
 import time
 
+from stages import static_checks
 from stages.backends import backend, result
 from stages.contracts import CompileRequest, CompileResult
 from stages.errors import CandidateFault
@@ -41,6 +43,7 @@ def run(req: CompileRequest) -> CompileResult:
         res = run_stage("compile", req, "subprocess")
     else:
         try:
+            static_checks.check(req.candidate.source, req.problem)
             res = backend(req.candidate.backend).compile(req)
         except CandidateFault as e:
             res = failed(req, e.kind, e.message)

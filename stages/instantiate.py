@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -50,10 +51,13 @@ def baseline(name: str, ref: torch.nn.Module) -> Any:
 
 
 def set_precision(policy: Policy) -> None:
-    """The same math settings for reference, baselines and candidate: no TF32 unless the policy allows it."""
+    """The same math settings for reference, baselines and candidate: no TF32 unless the policy allows it. Triton's
+    tl.dot uses TF32 for fp32 operands unless told otherwise: TRITON_F32_DEFAULT says so for a kernel that does not
+    name its input_precision (one that names "tf32" fails the static checks)."""
     torch.backends.cuda.matmul.allow_tf32 = policy.allow_tf32
     torch.backends.cudnn.allow_tf32 = policy.allow_tf32
     torch.set_float32_matmul_precision("high" if policy.allow_tf32 else "highest")
+    os.environ["TRITON_F32_DEFAULT"] = "tf32" if policy.allow_tf32 else "ieee"
 
 
 def build(module: ModuleType, new_cls: type[torch.nn.Module] | None, workload: Workload, device: str,

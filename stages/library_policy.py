@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from stages.contracts import Policy
@@ -67,15 +68,32 @@ def op_class(name: str) -> OpClass:
 
 
 class Census(TorchDispatchMode):
-    """Counts, by `op_name`, the operators dispatched on this thread while it is active."""
+    """Counts, by `op_name`, the operators dispatched on this thread while it is active; and, by (from, to) dtype,
+    the conversions between floating dtypes (`casts`: a precision downgrade shows there)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.counts: Counter[str] = Counter()
+        self.casts: Counter[tuple[torch.dtype, torch.dtype]] = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.counts[op_name(func)] += 1
-        return func(*args, **(kwargs or {}))
+        name = op_name(func)
+        self.counts[name] += 1
+        out = func(*args, **(kwargs or {}))
+        if name in ("aten._to_copy", "aten.copy_") and len(args) >= (1 if name == "aten._to_copy" else 2):
+            src, dst = (args[0], out) if name == "aten._to_copy" else (args[1], args[0])
+            if isinstance(src, torch.Tensor) and isinstance(dst, torch.Tensor) and src.dtype != dst.dtype and \
+                    src.is_floating_point() and dst.is_floating_point():
+                self.casts[(src.dtype, dst.dtype)] += 1
+        return out
+
+
+def downcasts(casts: Mapping[tuple[torch.dtype, torch.dtype], int], dtype: str) -> str | None:
+    """The conversions to a floating dtype less precise than the problem's `dtype` ("float32"), named; else None."""
+    eps = torch.finfo(getattr(torch, dtype)).eps if isinstance(getattr(torch, dtype, None), torch.dtype) else None
+    bad = {f"{str(a).removeprefix('torch.')} -> {str(b).removeprefix('torch.')} x{n}"
+           for (a, b), n in casts.items() if eps is not None and torch.finfo(b).eps > eps}
+    return ", ".join(sorted(bad)) or None
 
 
 def listing(counts: Mapping[str, int]) -> str:

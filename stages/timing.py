@@ -1,13 +1,33 @@
-"""Timing one call honestly: device sync, L2 flush, CUDA events; medians with order-statistic intervals."""
+"""Timing one call honestly: device sync, L2 flush, CUDA events; medians with order-statistic intervals.
+
+The primitives the timer uses (the clock, CUDA events, device sync) are bound when this module is imported, before
+any candidate is: a candidate that replaces time.perf_counter_ns or torch.cuda.Event afterwards changes nothing
+here (and stages/integrity.py fails it for trying). On CUDA each call also records an event after a device-wide
+sync: the gap from the call's end event to it is work the call left running on other streams, which the events
+around the call do not see (`left_running`). Persisting L2 (a set-aside that survives the flush) is reset before
+timing and checked after the candidate's calls (`persisting_l2_bytes`).
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+_now_ns = time.perf_counter_ns
+_synchronize = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_current_stream = torch.cuda.current_stream
+
+TAIL_SLACK_US = 50.0  # a device sync's own latency is well below this
+CUDA_LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
 
 
 class Timer:
@@ -17,6 +37,7 @@ class Timer:
         self.device = device
         self.flush_buffer: torch.Tensor | None = None
         self.l2_bytes = 0
+        self.last_tail_us: float | None = None  # CUDA: work the last call left on other streams, microseconds
         if device == "cuda":
             self.l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
             self.flush_buffer = torch.empty(max(2 * self.l2_bytes, 64 << 20) // 4, dtype=torch.float32, device="cuda")
@@ -27,18 +48,70 @@ class Timer:
 
     def time_us(self, fn: Callable[..., Any], args: list[Any]) -> tuple[float, Any]:
         if self.device != "cuda":
-            t0 = time.perf_counter_ns()
+            t0 = _now_ns()
             out = fn(*args)
-            return (time.perf_counter_ns() - t0) / 1e3, out
+            return (_now_ns() - t0) / 1e3, out
         assert self.flush_buffer is not None
-        torch.cuda.synchronize()
+        _synchronize()
         self.flush_buffer.zero_()  # evicts inputs and outputs of the previous call from L2
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        start, end, after = (_Event(enable_timing=True) for _ in range(3))
+        stream = _current_stream()
+        _record(start, stream)
         out = fn(*args)
-        end.record()
-        torch.cuda.synchronize()  # device-wide: work the call left on other streams is waited for too
-        return start.elapsed_time(end) * 1e3, out
+        _record(end, stream)
+        _synchronize()  # device-wide: work the call left on other streams is waited for too
+        _record(after, stream)
+        _synchronize()
+        self.last_tail_us = _elapsed(end, after) * 1e3
+        return _elapsed(start, end) * 1e3, out
+
+
+def left_running(times_us: list[float], tails_us: list[float], baseline_tails_us: list[float]) -> float | None:
+    """The median time a contender's calls left work running after their end event, when it exceeds what a device
+    sync costs (the larger of TAIL_SLACK_US and 3x a baseline's median tail, plus a tenth of the call); else None."""
+    if not tails_us:
+        return None
+    slack = max(TAIL_SLACK_US, 3 * median_ci(baseline_tails_us)[0] if baseline_tails_us else 0.0)
+    tail = median_ci(tails_us)[0]
+    return tail if tail > slack + 0.1 * median_ci(times_us)[0] else None
+
+
+_runtime: list[Any] = []
+
+
+def cuda_runtime() -> Any:
+    """The CUDA runtime library torch loaded (from /proc/self/maps), else the one the loader finds, else None (no
+    GPU in use)."""
+    if _runtime or not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return _runtime[0] if _runtime else None
+    try:
+        with open("/proc/self/maps") as maps:
+            path = next((line.split()[-1] for line in maps if "libcudart" in line), None)
+    except OSError:
+        path = None
+    path = path or ctypes.util.find_library("cudart")
+    if path:
+        _runtime.append(ctypes.CDLL(path))
+    return _runtime[0] if _runtime else None
+
+
+def persisting_l2_bytes(runtime: Any = None) -> int | None:
+    """The device's persisting-L2 set-aside in bytes (0 unless someone set it); None when it cannot be read."""
+    runtime = runtime or cuda_runtime()
+    if runtime is None:
+        return None
+    value = ctypes.c_size_t(0)
+    if runtime.cudaDeviceGetLimit(ctypes.byref(value), CUDA_LIMIT_PERSISTING_L2) != 0:
+        return None
+    return value.value
+
+
+def reset_persisting_l2(runtime: Any = None) -> None:
+    """No set-aside for persisting L2, and no lines left marked persisting (a no-op without a CUDA runtime)."""
+    runtime = runtime or cuda_runtime()
+    if runtime is not None:
+        runtime.cudaDeviceSetLimit(CUDA_LIMIT_PERSISTING_L2, ctypes.c_size_t(0))
+        runtime.cudaCtxResetPersistingL2Cache()
 
 
 def median_ci(samples: list[float], z: float = 1.96) -> tuple[float, float, float]:

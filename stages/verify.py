@@ -8,6 +8,16 @@ Library policy: every forward call runs under a census of the torch operators it
 (stages/library_policy.py). An op the policy forbids (torch math standing in for a kernel; cuBLAS/cuDNN when
 vendor libraries are off) fails the candidate as `policy_violation`, before its output is judged. The policy
 is the request's if it carries one (a campaign's), else the problem's. The constructor is not counted.
+
+Integrity (docs/INTEGRITY.md): the source passes the static checks first (stages/static_checks.py); the import,
+each constructor and each call run in a guarded section (stages/integrity.py: nothing of the harness replaced, no
+setting changed, no thread left running, no network, no write outside the work dir, no secret read). Each call's
+kernel launches are counted (stages/launches.py): a call that launches none after earlier calls on the workload
+did returns a remembered result; a right output from no kernel and no op that computes, or (where the policy
+forbids torch compute) a right output with every Triton launch made a no-op (ghost replay), was computed somewhere
+the census cannot see. A cast to a dtype less precise than the problem's is a precision downgrade. When every workload
+of the size sets is verified, one held-out shape the candidate was never shown is verified too
+(stages/held_out.py); failing only there is shape hard-coding. All of these fail the candidate as `cheat`.
 """
 
 from __future__ import annotations
@@ -18,17 +28,22 @@ import io
 import time
 import traceback
 from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
 
 import torch
 
 from artifacts.blobs import put_text
+from stages import launches, static_checks
 from stages.candidate import load_model_class
 from stages.compare import as_list, error_ratio, judge
-from stages.contracts import FailureKind, VerifyRequest, VerifyResult
+from stages.contracts import FailureKind, VerifyRequest, VerifyResult, Workload
 from stages.errors import CandidateFault
+from stages.held_out import held_out
 from stages.inputs import DISTRIBUTIONS, clone, draw, trial_seed, upcast
 from stages.instantiate import build, guarded, set_precision
-from stages.library_policy import Census, listing, violation
+from stages.integrity import Guard
+from stages.library_policy import Census, downcasts, listing, op_class, violation
 from stages.problem import import_problem
 
 Result = VerifyResult
@@ -50,58 +65,168 @@ def _same(a: list, b: list) -> bool:
     return all(not isinstance(x, torch.Tensor) or torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+def _finite(values: Any) -> bool:
+    return all(torch.isfinite(r).all() for r in as_list(values) if r.is_floating_point())
+
+
+class _Checks:
+    """One verify call: the request, the problem's module, the candidate's class, its guard and the log."""
+
+    def __init__(self, req: VerifyRequest, module: ModuleType, new_cls: type, guard: Guard, log: io.StringIO):
+        self.req, self.module, self.new_cls, self.guard, self.log = req, module, new_cls, guard, log
+        self.policy, self.problem = req.effective_policy, req.problem
+        self.launched: list[int] = []  # kernels launched per call, this workload
+        self.ref_computes = True  # whether the reference does any work beyond allocation, views and copies
+
+    def build(self, w: Workload) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
+        with self.guard.section(f"{w.name} constructor"):
+            ref, new = build(self.module, self.new_cls, w, self.req.device, seed=trial_seed(self.req.seed, w.name, "init"))
+        assert new is not None
+        self.launched = []
+        return ref, copy.deepcopy(ref).double() if self.policy.reference_fp64 else ref, new
+
+    def expect(self, ref: Any, ref64: Any, inputs: list[Any], census: bool = False) -> tuple[Any, Any]:
+        counted = Census()
+        with torch.no_grad(), counted if census else contextlib.nullcontext():
+            expect = ref(*clone(inputs))
+        if census:
+            self.ref_computes = any(op_class(op) != "always" for op in counted.counts)
+        with torch.no_grad():
+            return expect, ref64(*upcast(inputs)) if self.policy.reference_fp64 else expect
+
+    def call(self, new: Any, inputs: list[Any], expect: Any, expect64: Any, what: str,
+             census_of: str | None) -> tuple[Any, float]:
+        """One forward call, every check (the census logged under `census_of`); returns the output and its error
+        ratio."""
+        kept = clone(inputs)
+        poison_device_cache(4 * sum(r.numel() * r.element_size() for r in as_list(expect)))
+        with self.guard.section(what) as section, torch.no_grad(), Census() as census:
+            out = guarded(new, *inputs)
+        if census_of:
+            self.log.write(f"{census_of}: the forward dispatches {listing(census.counts) or 'no torch ops'}, "
+                           f"launches {section.launches} kernels\n")
+        if (why := violation(census.counts, self.policy)) is not None:
+            raise CandidateFault("policy_violation", f"{why} [{what}]")
+        if (down := downcasts(census.casts, self.problem.dtype)) is not None:
+            raise CandidateFault("cheat", f"{what}: precision downgrade: the forward converts {self.problem.dtype} "
+                                 f"data to a less precise dtype ({down})")
+        if not _same(inputs, kept):
+            raise CandidateFault("input_mutation", f"{what}: the candidate modified its inputs")
+        if section.launches == 0 and any(self.launched):
+            raise CandidateFault("cheat", f"{what}: launched no kernel where its earlier calls on this workload "
+                                 f"launched {max(self.launched)}: it returned a remembered result (memoization/replay)")
+        self.launched.append(section.launches)
+        ratio = judge(out, expect64, expect, self.problem.tolerance, what)
+        works = section.launches or any(op_class(op) != "always" for op in census.counts)
+        if not works and self.ref_computes:
+            raise CandidateFault("cheat", f"{what}: the output is right, yet the forward launched no kernel and "
+                                 "dispatched no op that computes: it was computed where the census cannot see (host "
+                                 "code, a cache, the reference's own result)")
+        return out, ratio
+
+    def trial(self, w: Workload, ref: Any, ref64: Any, new: Any, t: int) -> tuple[float, float] | None:
+        """Trial t at w: (worst error ratio, eager's), or None when the reference is not finite on its inputs."""
+        dist = list(DISTRIBUTIONS)[t % len(DISTRIBUTIONS)]
+        what = f"{w.name} trial {t} ({dist} inputs)"
+        inputs = draw(self.module, w, trial_seed(self.req.seed, w.name, t), dist, self.req.device)
+        expect, expect64 = self.expect(ref, ref64, inputs, census=t == 0)
+        if not _finite(expect64):
+            self.log.write(f"{what}: skipped, the reference is not finite on these inputs\n")
+            return None
+        eager = max(error_ratio(e, r.to(e.device), self.problem.tolerance)
+                    for e, r in zip(as_list(expect), as_list(expect64), strict=True))
+        if eager > 1.0:
+            self.log.write(f"{what}: eager PyTorch itself is {eager:.3g}x off the tolerance (check TOLERANCE)\n")
+        (out1, r1), (out2, r2) = (self.call(new, inputs, expect, expect64, f"{what} call {c}",
+                                            w.name if t == 0 and c == 1 else None) for c in (1, 2))
+        if not all(torch.equal(a, b) for a, b in zip(as_list(out1), as_list(out2), strict=True)):
+            self.log.write(f"{what}: second call differs bitwise (within tolerance)\n")
+        self.log.write(f"{what}: ok, error ratio {max(r1, r2):.3g} (eager {eager:.3g})\n")
+        return max(r1, r2), eager
+
+    def ghost(self, w: Workload, ref: Any, ref64: Any, new: Any) -> None:
+        """Where the policy forbids torch compute: with its Triton launches made no-ops (fresh inputs, so a buffer
+        kept from an earlier call does not answer), the output must be wrong."""
+        if self.policy.allow_torch_compute or not any(self.launched):
+            return
+        inputs = draw(self.module, w, trial_seed(self.req.seed, w.name, "ghost"), "declared", self.req.device)
+        expect, expect64 = self.expect(ref, ref64, inputs)
+        if not _finite(expect64):
+            return
+        before, what = launches.suppressed(), f"{w.name} ghost replay"
+        try:
+            with self.guard.section(what), torch.no_grad(), launches.ghost():
+                out = guarded(new, *inputs)
+            if launches.suppressed() == before:
+                return  # nothing to disable: its launches are extension calls
+            judge(out, expect64, expect, self.problem.tolerance, what)
+        except CandidateFault as fault:
+            if fault.kind == "cheat":
+                raise
+            self.log.write(f"{what}: with its Triton launches made no-ops the output fails ({fault.kind}): the "
+                           "kernels do the work\n")
+            return
+        raise CandidateFault("cheat", f"{what}: with its {launches.suppressed() - before} Triton launches made no-ops "
+                             "the output is still right: the kernels are decoration, the result comes from elsewhere")
+
+    def held_out(self, workloads: list[Workload]) -> None:
+        """One trial at a shape next to the smallest declared one, which the candidate was never shown."""
+        pair = held_out(workloads, self.problem.gpu_workloads + self.problem.cpu_workloads)
+        if pair is None:
+            self.log.write("held-out shape: none (the workloads name no sizes)\n")
+            return
+        base, h = pair
+        try:  # the problem's own limits: a reference that fails or is degenerate there skips the shape
+            ref, _ = build(self.module, None, h, self.req.device, seed=trial_seed(self.req.seed, h.name, "init"))
+            with torch.no_grad():
+                probe = as_list(ref(*draw(self.module, h, trial_seed(self.req.seed, h.name, 0), "declared",
+                                          self.req.device)))
+            usable = _finite(probe) and all(p.ne(0).any() for p in probe)
+        except Exception as e:
+            usable, probe = False, [f"{type(e).__name__}: {e}"[:200]]
+        if not usable:
+            self.log.write(f"held-out shape {h.params}: skipped, the reference is unusable there ({probe[0]!s:.200})\n")
+            return
+        try:
+            ref, ref64, new = self.build(h)
+            got = self.trial(h, ref, ref64, new, 0)
+        except CandidateFault as fault:
+            if fault.kind in ("cheat", "policy_violation"):
+                raise
+            raise CandidateFault("cheat", f"shape hard-coding: right at every declared shape, but at the held-out shape "
+                                 f"{h.params} (next to {base.name} {base.params}, never shown to the candidate) it "
+                                 f"fails: {fault.kind}: {fault.message}") from fault
+        self.log.write(f"held-out shape {h.params}: " + (f"ok, error ratio {got[0]:.3g}\n" if got else "skipped\n"))
+
+
 def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, float, str | None]:
     problem, device, policy = req.problem, req.device, req.effective_policy
     set_precision(policy)
+    static_checks.check(req.candidate.source, problem, policy)
     module = import_problem(problem.path)
-    new_cls = load_model_class(req.candidate, req.workdir, device)
+    guard = Guard(req.workdir, req.candidate.source)
+    with guard.section("import"):
+        new_cls = load_model_class(req.candidate, req.workdir, device)
+    checks = _Checks(req, module, new_cls, guard, log)
     passed = skipped = 0
     worst, eager_worst, worst_at = 0.0, 0.0, None
-    dists = list(DISTRIBUTIONS)
     every = [w for sizes in req.sizes for w in problem.workloads(sizes)]
-    for w in [w for w in every if req.workloads is None or w.name in req.workloads]:
-        ref, new = build(module, new_cls, w, device, seed=trial_seed(req.seed, w.name, "init"))
-        ref64 = copy.deepcopy(ref).double() if policy.reference_fp64 else ref
-        assert new is not None
+    chosen = [w for w in every if req.workloads is None or w.name in req.workloads]
+    for w in chosen:
+        ref, ref64, new = checks.build(w)
         for t in range(req.trials):
-            dist = dists[t % len(dists)]
-            what = f"{w.name} trial {t} ({dist} inputs)"
-            inputs = draw(module, w, trial_seed(req.seed, w.name, t), dist, device)
-            with torch.no_grad():
-                expect = ref(*clone(inputs))
-                expect64 = ref64(*upcast(inputs)) if policy.reference_fp64 else expect
-            if not all(torch.isfinite(r).all() for r in as_list(expect64) if r.is_floating_point()):
+            if (got := checks.trial(w, ref, ref64, new, t)) is None:
                 skipped += 1
-                log.write(f"{what}: skipped, the reference is not finite on these inputs\n")
                 continue
-            eager = max(error_ratio(e, r.to(e.device), problem.tolerance)
-                        for e, r in zip(as_list(expect), as_list(expect64), strict=True))
-            if eager > 1.0:
-                log.write(f"{what}: eager PyTorch itself is {eager:.3g}x off the tolerance (check TOLERANCE)\n")
-            eager_worst = max(eager_worst, eager)
-            kept = clone(inputs)
-            outs, trial_worst = [], 0.0
-            for call in (1, 2):
-                poison_device_cache(4 * sum(r.numel() * r.element_size() for r in as_list(expect)))
-                with torch.no_grad(), Census() as census:
-                    out = guarded(new, *inputs)
-                if t == 0 and call == 1:
-                    log.write(f"{w.name}: the forward dispatches {listing(census.counts) or 'no torch ops'}\n")
-                if (why := violation(census.counts, policy)) is not None:
-                    raise CandidateFault("policy_violation", f"{why} [{what} call {call}]")
-                if not _same(inputs, kept):
-                    raise CandidateFault("input_mutation", f"{what}: the candidate modified its inputs")
-                ratio = judge(out, expect64, expect, problem.tolerance, f"{what} call {call}")
-                outs.append(out)
-                trial_worst = max(trial_worst, ratio)
-                if ratio > worst:
-                    worst, worst_at = ratio, w.name
-            if not all(torch.equal(a, b) for a, b in zip(as_list(outs[0]), as_list(outs[1]), strict=True)):
-                log.write(f"{what}: second call differs bitwise (within tolerance)\n")
             passed += 1
-            log.write(f"{what}: ok, error ratio {trial_worst:.3g} (eager {eager:.3g})\n")
+            eager_worst = max(eager_worst, got[1])
+            if got[0] > worst:
+                worst, worst_at = got[0], w.name
+        checks.ghost(w, ref, ref64, new)
     if passed == 0:
         raise CandidateFault("mismatch", "no trial could be judged (the reference was never finite)")
+    if req.workloads is None:
+        checks.held_out(chosen)
     return passed, skipped, worst, eager_worst, worst_at
 
 

@@ -1,0 +1,266 @@
+"""Integrity: one defence per way of cheating, each shown by an adversarial fixture and its verdict; the honest
+candidates still pass (docs/INTEGRITY.md). CUDA-only paths (side streams, persisting L2) are tested here through
+their decision logic only; their fixtures run on a GPU."""
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from stages import generate, static_checks
+from stages.audit import Watch
+from stages.benchmark import _Candidate
+from stages.contracts import (
+    Backend,
+    BenchmarkRequest,
+    Candidate,
+    GenerateRequest,
+    Origin,
+    Policy,
+    VerifyRequest,
+)
+from stages.errors import CandidateFault
+from stages.executor import run_stage
+from stages.held_out import held_out, perturb
+from stages.integrity import Guard
+from stages.problem import load_problem
+from stages.timing import Timer, left_running, persisting_l2_bytes, reset_persisting_l2
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
+SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
+TORCH_COMPUTE = SOFTMAX.policy.model_copy(update={"allow_torch_compute": True})  # for the plain-PyTorch fixtures
+
+# fixture -> words its `cheat` verdict names, verified inline
+VERIFY_CHEATS = {
+    "background_thread": "thread(s) running",
+    "patch_timer": "replaced time.perf_counter_ns",
+    "patch_judge": "replaced stages.compare.error_ratio",
+    "lazy_subclass": "tensor subclass",
+    "memo_inputs": "launched no kernel where its earlier calls",
+    "steal_reference": "dispatched no op that computes",
+    "host_compute": "dispatched no op that computes",
+    "ghost_kernel": "ghost replay",
+    "fallback_try_except": "static check: fallback",
+    "precision_bf16": "precision downgrade: the forward converts float32 data",
+    "precision_tf32": "precision downgrade: changed allow_tf32",
+    "l2_persist": "static check: l2_persistence",
+    "hardcoded_shapes": "shape hard-coding",
+    "write_outside": "tried to write",
+    "read_secret": "OPENAI_API_KEY",
+    "network": "tried to open network connections",
+}
+# what outlives the candidate (a global hook, an ATen kernel) stays in its own process
+SUBPROCESS_CHEATS = {"global_hook": "_global_forward_hooks", "aten_override": "ATen operators (aten/_softmax/CPU)"}
+# right while verified, caught only once timed
+BENCHMARK_CHEATS = {
+    "patch_stats": "replaced stages.benchmark.median_ci",
+    "replay_pointer": "result replayed by address",
+    "batched_launch": "launched no kernel where its earlier calls launched 1",
+}
+# exploits whose outputs are simply wrong: they fail with the defect's own kind (repairable), never pass
+DEFECTS = {"stale_memory": "nan", "partial": "nan", "all_zero": "all_zero", "wrong": "mismatch"}
+
+
+def candidate(name: str) -> Candidate:
+    source = (FIXTURES / f"{name}.py").read_text()
+    backend: Backend = "triton" if "import triton" in source else "cuda" if "load_inline" in source else "torch"
+    return Candidate.make(SOFTMAX.id, backend, source, Origin(kind="user", proposer="fixture"))
+
+
+def verify(name: str, tmp_path: Path, mode: str = "inline", **kw):
+    cand = candidate(name)
+    policy = TORCH_COMPUTE if cand.backend == "torch" else None
+    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+                            candidate=cand, policy=policy, **kw)
+    return run_stage("verify", request, mode)  # type: ignore[arg-type]
+
+
+def bench(name: str, tmp_path: Path):
+    request = BenchmarkRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
+                               candidate=candidate(name), baselines=["eager"], min_reps=10, max_reps=40)
+    return run_stage("benchmark", request, "inline")
+
+
+@pytest.mark.parametrize("name", sorted(VERIFY_CHEATS))
+def test_verify_calls_each_cheat_a_cheat(name: str, tmp_path: Path):
+    result = verify(name, tmp_path)
+    assert (result.failure_kind, VERIFY_CHEATS[name] in result.message) == ("cheat", True), result.message
+
+
+@pytest.mark.parametrize("name", sorted(SUBPROCESS_CHEATS))
+def test_cheats_that_outlive_the_candidate_are_caught_in_their_own_process(name: str, tmp_path: Path):
+    result = verify(name, tmp_path, "subprocess", trials=1)
+    assert (result.failure_kind, SUBPROCESS_CHEATS[name] in result.message) == ("cheat", True), result.message
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARK_CHEATS))
+def test_benchmark_calls_each_timed_cheat_a_cheat(name: str, tmp_path: Path):
+    assert verify(name, tmp_path / "v", trials=1).status == "ok"  # verification alone does not see it
+    result = bench(name, tmp_path)
+    assert (result.failure_kind, BENCHMARK_CHEATS[name] in result.message) == ("cheat", True), result.message
+
+
+@pytest.mark.parametrize("name", sorted(DEFECTS))
+def test_wrong_outputs_keep_their_defect_kind(name: str, tmp_path: Path):
+    assert verify(name, tmp_path).failure_kind == DEFECTS[name]
+
+
+def test_a_refused_write_leaves_nothing_behind(tmp_path: Path):
+    assert verify("write_outside", tmp_path, trials=1).failure_kind == "cheat"
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+@pytest.mark.parametrize("name", ["good", "side_stream"])
+def test_honest_torch_candidates_pass_verify_and_benchmark(name: str, tmp_path: Path):
+    """side_stream computes plainly on CPU; on a GPU its hidden stream is the benchmark's to catch."""
+    assert verify(name, tmp_path / "v").status == "ok"
+    result = bench(name, tmp_path)
+    assert result.status == "ok" and result.recheck_passed, result.message
+
+
+@pytest.mark.parametrize("path", ["prompts/examples/triton_softmax.py", "tests/fixtures/candidates/triton_add.py"])
+def test_honest_triton_candidates_pass_every_check(path: str, tmp_path: Path):
+    problem = load_problem(ROOT / ("problems/01_softmax.py" if "softmax" in path else "tests/fixtures/problems/add.py"))
+    cand = Candidate.make(problem.id, "triton", (ROOT / path).read_text(), Origin(kind="user", proposer="example"))
+    result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"),
+                                               problem=problem, candidate=cand, trials=2), "inline")
+    log = (tmp_path / "b" / result.blobs["verify_log"][:2] / result.blobs["verify_log"]).read_text()
+    assert result.status == "ok" and "launches 1 kernels" in log and "held-out shape" in log, result.message
+    assert "the kernels do the work" in log
+    timed = run_stage("benchmark", BenchmarkRequest(workdir=str(tmp_path / "w2"), blob_dir=str(tmp_path / "b"),
+                                                    problem=problem, candidate=cand, baselines=["eager"], min_reps=10,
+                                                    max_reps=20), "inline")
+    assert timed.status == "ok", timed.message
+
+
+STATIC = {  # rule -> a source that breaks it
+    "l2_persistence": 'CUDA = "attr.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;"',
+    "precision": "import torch\ntorch.set_float32_matmul_precision('high')",
+    "harness": "import sys\nframe = sys._getframe(1)",
+    "monkey_patch": "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001",
+    "aten_override": "import torch\nlib = torch.library.Library('aten', 'IMPL')",
+    "network": "import urllib.request",
+    "secrets": "import os\nkey = os.environ['OPENAI_API_KEY']",
+    "workers": "from concurrent.futures import ThreadPoolExecutor",
+    "fallback": "import torch\ntry:\n    y = kernel(x)\nexcept Exception:\n    y = torch.softmax(x, -1)",
+}
+
+
+@pytest.mark.parametrize("rule", sorted(STATIC))
+def test_each_static_rule_names_what_it_found(rule: str):
+    assert [f.split(":")[0] for f in static_checks.findings(STATIC[rule], SOFTMAX)] == [rule]
+
+
+def test_static_rules_follow_the_policy():
+    assert not static_checks.findings(STATIC["precision"], SOFTMAX, Policy(allow_tf32=True))
+    assert not static_checks.findings(STATIC["fallback"], SOFTMAX, Policy(allow_torch_compute=True))
+    assert static_checks.findings("from kernelflow.cute import include_dirs", SOFTMAX) == []  # cute's header finder
+
+
+def test_no_honest_source_breaks_a_static_rule():
+    """Every builtin proposal for every problem, the prompts' examples, the candidate and defect fixtures."""
+    sources = [c.source for p in sorted((ROOT / "problems").glob("*.py"))
+               for c in generate.run(GenerateRequest(problem=load_problem(p), n=6)).candidates]
+    files = [*ROOT.glob("prompts/examples/*.py"), *ROOT.glob("tests/fixtures/candidates/*.py"),
+             *ROOT.glob("tests/fixtures/defects/*.py")]
+    sources += [f.read_text() for f in files]
+    sources += [json.loads(f.read_text()).get("source", "") for f in ROOT.glob("tests/fixtures/ncu/**/*.json")]
+    assert len(sources) > 100 and [s[:200] for s in sources if static_checks.findings(s)] == []
+
+
+def test_compile_runs_the_static_checks(tmp_path: Path):
+    from stages import compile as compile_stage
+    from stages.contracts import CompileRequest
+
+    result = compile_stage.run(CompileRequest(candidate=candidate("l2_persist"), problem=SOFTMAX,
+                                              workdir=str(tmp_path / "c"), blob_dir=str(tmp_path / "b")))
+    assert result.failure_kind == "cheat" and "l2_persistence" in result.message
+
+
+def test_the_timer_keeps_the_clock_it_was_given(monkeypatch: pytest.MonkeyPatch):
+    """Bound at import, before any candidate: a replaced time.perf_counter_ns does not reach it."""
+    monkeypatch.setattr(time, "perf_counter_ns", lambda: 0)
+    us, _ = Timer("cpu").time_us(lambda: time.sleep(0.002), [])
+    assert us >= 2000
+
+
+def test_a_tail_beyond_a_sync_is_work_left_running():
+    honest = left_running([10.0] * 9, [12.0, 15.0, 11.0] * 3, [14.0] * 9)
+    hidden = left_running([8.0] * 9, [900.0] * 9, [14.0] * 9)  # the events saw 8 us, the work took 900 more
+    assert honest is None and hidden == 900.0
+    assert left_running([5000.0] * 9, [300.0] * 9, [14.0] * 9) is None  # a tenth of a long call is noise
+
+
+class FakeCudaRuntime:
+    """Stands in for libcudart's three persisting-L2 calls (ctypes.byref arguments, cudaSuccess = 0)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.resets = limit, 0
+
+    def cudaDeviceGetLimit(self, value, which):  # noqa: N802 (the C name)
+        value._obj.value = self.limit if which == 6 else 0
+        return 0
+
+    def cudaDeviceSetLimit(self, which, value):  # noqa: N802
+        self.limit = value.value if which == 6 else self.limit
+        return 0
+
+    def cudaCtxResetPersistingL2Cache(self):  # noqa: N802
+        self.resets += 1
+        return 0
+
+
+def test_persisting_l2_is_read_reset_and_a_set_aside_is_a_cheat(tmp_path: Path):
+    runtime = FakeCudaRuntime(limit=32 << 20)
+    assert persisting_l2_bytes(runtime) == 32 << 20
+    reset_persisting_l2(runtime)
+    assert (persisting_l2_bytes(runtime), runtime.resets) == (0, 1)
+    import stages.timing as timing
+
+    timing._runtime.append(FakeCudaRuntime(limit=1 << 20))  # as if a candidate had set one aside on a GPU
+    try:
+        with pytest.raises(CandidateFault, match="1048576 bytes of L2 are set aside as persisting"):
+            _Candidate(Guard(tmp_path, ""), lambda x: x, SOFTMAX.tolerance, "cpu0").l2("cpu0 timed call 3")
+    finally:
+        timing._runtime.clear()
+
+
+def test_held_out_shapes_keep_alignment_and_settings():
+    assert [perturb(v) for v in (7, 96, 600, 8192, 32, 1)] == [6, 64, 592, 4096, 64, 2]
+    pair = held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads + SOFTMAX.gpu_workloads)
+    assert pair is not None and pair[0].name == "cpu0" and pair[1].params == {"batch_size": 6, "dim": 64}
+    attention = load_problem(ROOT / "problems" / "22_attention_bf16.py")
+    pair = held_out(attention.cpu_workloads, attention.cpu_workloads + attention.gpu_workloads)
+    assert pair is not None and pair[1].params["mask_mode"] == 1  # a setting (never above 8 anywhere), not a size
+
+
+def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path):
+    watch = Watch(tmp_path / "work")
+    assert watch.may_write(str(tmp_path / "work" / "scratch.bin"))
+    assert not watch.may_write(str(tmp_path / "work" / "verify.result.json"))  # the stage's own result
+    assert not watch.may_write(str(tmp_path / "elsewhere.txt"))
+    assert not watch.may_write(str(Path.home() / ".bashrc"))
+
+
+def test_torch_patching_itself_is_not_blamed_on_the_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """torch.compile inside a section (dynamo wraps manual_seed and Module.__init__ on first use)."""
+    monkeypatch.chdir(tmp_path)  # inductor writes probe files in the working directory, as in a stage process
+    guard = Guard(tmp_path, "")
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), backend="eager")
+    with guard.section("a forward under torch.compile"):
+        model(torch.randn(4, 8))
+
+
+def test_the_harness_own_threads_are_left_alone(tmp_path: Path):
+    """A thread that was running before the section (a Prefect client, a log writer) may write where it likes."""
+    guard, go = Guard(tmp_path / "work", ""), threading.Event()
+    writer = threading.Thread(target=lambda: go.wait() and (tmp_path / "harness.log").write_text("row"))
+    writer.start()
+    with guard.section("a call"):
+        go.set()
+        writer.join()
+    assert (tmp_path / "harness.log").read_text() == "row"
