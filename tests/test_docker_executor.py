@@ -116,12 +116,20 @@ pathlib.Path("probe.json").write_text(json.dumps(out))
 '''
 
 
+def evading(code: str) -> str:
+    """Candidate source that runs `code` in a child process, hex-encoded: beyond the stage's in-process defences
+    (static checks, the audit hook of stages/audit.py), as a candidate that evades them would. What the child sees
+    is what the container alone guarantees."""
+    return (f"\nimport importlib as _il, sys as _s\n_il.import_module('sub' + 'process').run("
+            f"[_s.executable, '-c', bytes.fromhex('{code.encode().hex()}').decode()], check=True)\n")
+
+
 def test_the_container_is_a_sandbox(engine, tmp_path: Path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "must-not-leak-either")
     monkeypatch.setenv("KERNELFLOW_CODE_VERSION", "test-version")
     existing = put_bytes(tmp_path / "blobs", b"another candidate's artifact")
-    source = (FIXTURES / "good.py").read_text() + f"\nBLOB_DIR = {str(tmp_path / 'blobs')!r}\n" + PROBE
+    source = (FIXTURES / "good.py").read_text() + evading(PROBE.replace("BLOB_DIR", repr(str(tmp_path / "blobs"))))
     result = run_stage("verify", verify_request(tmp_path, source),
                        DOCKER.model_copy(update={"mem_limit": "1g", "pids_limit": 321}))
     assert result.status == "ok", result.message
