@@ -27,6 +27,7 @@ import re
 import sys
 import tempfile
 import threading
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -39,10 +40,11 @@ SECRET_ENV = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|^OPENAI_|^AWS_|^AZUR
                         r"^PREFECT_API", re.IGNORECASE)
 NETWORK = frozenset({"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
                      "socket.gethostbyname", "socket.gethostbyname_ex", "socket.gethostbyaddr"})
-# event -> positions of the paths it writes
-WRITES = {"os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.mkdir": (0,), "os.symlink": (1,),
-          "os.link": (1,), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,),
-          "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.copytree": (1,), "shutil.move": (0, 1)}
+# event -> (position of a path it writes, position of the directory descriptor that path is relative to or None)
+WRITES = {"os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.rename": ((0, 2), (1, 3)), "os.mkdir": ((0, 2),),
+          "os.symlink": ((1, 2),), "os.link": ((1, 3),), "os.truncate": ((0, None),), "os.chmod": ((0, 2),),
+          "os.chown": ((0, 3),), "os.utime": ((0, 3),), "shutil.rmtree": ((0, None),),
+          "shutil.copyfile": ((1, None),), "shutil.copytree": ((1, None),), "shutil.move": ((0, None), (1, None))}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 TEMP_NAMES = ("tmp", "torchinductor_")  # tempfile's own names (Triton's ptxas files), inductor's cache
 STAGE_FILES = re.compile(r"\.(request\.json|result\.json|log)$")
@@ -54,10 +56,16 @@ _current: Watch | None = None
 _busy = threading.local()  # the hook's own calls raise events too (sys._getframe): not re-entered
 
 
-def _real(path: Any) -> str | None:
+def _real(path: Any, dir_fd: Any = None) -> str | None:
+    """The absolute path, a relative one taken from `dir_fd` when given (shutil.rmtree removes entries that way)."""
     if isinstance(path, int) or path is None:
         return None  # a file descriptor: opened (and checked) before
     path = os.fsdecode(os.fspath(path))
+    if isinstance(dir_fd, int) and not os.path.isabs(path):
+        try:
+            path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        except OSError:
+            return "<relative to an unknown directory>"  # not in an allowed place, so refused
     return os.path.realpath(path)
 
 
@@ -81,6 +89,9 @@ class Watch:
         self.harness: set[int] = set()  # threads that were running when it became active, its own excepted
 
     def may_write(self, path: str) -> bool:
+        """Opening the temp dir itself for writing is allowed by `on_event`: only an unnamed file comes of it
+        (O_TMPFILE, tempfile.TemporaryFile, which torch.compile's max-autotune uses), gone with its descriptor;
+        its size is the process limits' business."""
         if path == os.devnull:
             return True
         if _inside(path, self.workdir) and STAGE_FILES.search(os.path.basename(path)):
@@ -93,7 +104,10 @@ class Watch:
         return os.path.basename(first).startswith(TEMP_NAMES) and not _inside(self.workdir, first)
 
     def refuse(self, what: str) -> None:
+        """Blocked and recorded; the stack goes to the stage log (kept as a blob) to show whose code tried."""
         self.attempts.append(what)
+        print(f"kernelflow audit: refused to {what}", file=sys.stderr)
+        traceback.print_stack(limit=16, file=sys.stderr)
         raise PermissionError(f"kernelflow: a candidate may not {what}")
 
     def on_event(self, event: str, args: tuple[Any, ...]) -> None:
@@ -105,13 +119,14 @@ class Watch:
             if (path := _real(path)) is None:
                 return
             writes = any(c in (mode or "") for c in "wax+") or bool((flags or 0) & WRITE_FLAGS)
-            if writes and not self.may_write(path):
+            if writes and not self.may_write(path) and path != self.temp:  # see `may_write`
                 self.refuse(f"write {path} (outside its work dir, or a file of the harness)")
             if not writes and SECRET_FILES.search(path):
                 self.refuse(f"read {path} (secrets)")
         elif event in WRITES:
-            for i in WRITES[event]:
-                if i < len(args) and (path := _real(args[i])) is not None and not self.may_write(path):
+            for i, fd in WRITES[event]:
+                at = args[fd] if fd is not None and fd < len(args) else None
+                if i < len(args) and (path := _real(args[i], at)) is not None and not self.may_write(path):
                     self.refuse(f"{event.split('.')[-1]} {path} (outside its work dir, or a file of the harness)")
 
     @contextlib.contextmanager

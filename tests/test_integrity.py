@@ -3,6 +3,9 @@ candidates still pass (docs/INTEGRITY.md). CUDA-only paths (side streams, persis
 their decision logic only; their fixtures run on a GPU."""
 
 import json
+import os
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -221,12 +224,13 @@ def test_persisting_l2_is_read_reset_and_a_set_aside_is_a_cheat(tmp_path: Path):
     assert (persisting_l2_bytes(runtime), runtime.resets) == (0, 1)
     import stages.timing as timing
 
-    timing._runtime.append(FakeCudaRuntime(limit=1 << 20))  # as if a candidate had set one aside on a GPU
+    saved = timing._runtime[:]  # on a GPU the real runtime may be loaded already: the fake stands in for it
+    timing._runtime[:] = [FakeCudaRuntime(limit=1 << 20)]  # as if a candidate had set one aside on a GPU
     try:
         with pytest.raises(CandidateFault, match="1048576 bytes of L2 are set aside as persisting"):
             _Candidate(Guard(tmp_path, ""), lambda x: x, SOFTMAX.tolerance, "cpu0").l2("cpu0 timed call 3")
     finally:
-        timing._runtime.clear()
+        timing._runtime[:] = saved
 
 
 def test_held_out_shapes_keep_alignment_and_settings():
@@ -244,6 +248,43 @@ def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path):
     assert not watch.may_write(str(tmp_path / "work" / "verify.result.json"))  # the stage's own result
     assert not watch.may_write(str(tmp_path / "elsewhere.txt"))
     assert not watch.may_write(str(Path.home() / ".bashrc"))
+
+
+def test_an_unnamed_temp_file_is_allowed_a_named_one_outside_the_work_dir_is_not(tmp_path: Path):
+    """tempfile.TemporaryFile opens the temp dir itself with O_TMPFILE (torch.compile's max-autotune does, on the
+    H200 this was refused as 'write /tmp' until it was told apart from a write to a named file there)."""
+    watch = Watch(tmp_path / "work")
+    with watch.active():
+        with tempfile.TemporaryFile() as f:
+            f.write(b"scratch")
+        with pytest.raises(PermissionError):
+            open(os.path.join(tempfile.gettempdir(), "kf-not-allowed.txt"), "w")
+    assert watch.attempts == [f"write {os.path.realpath(tempfile.gettempdir())}/kf-not-allowed.txt (outside its "
+                              "work dir, or a file of the harness)"]
+
+
+def test_a_path_relative_to_a_directory_descriptor_is_judged_where_it_lies(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    """shutil.rmtree removes entries by name relative to the directory's descriptor (Triton cleans its launcher
+    build dir in the temp dir that way: allowed); a relative name is not taken from the working directory (a
+    candidate's unlink('x', dir_fd=outside) from inside its work dir was allowed that way)."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir(), outside.mkdir()
+    (outside / "victim").write_text("keep")
+    (work / "victim").write_text("mine")
+    monkeypatch.chdir(work)
+    scratch = Path(tempfile.mkdtemp())
+    (scratch / "launcher.c").write_text("int x;")
+    watch, fd = Watch(work), os.open(outside, os.O_RDONLY)
+    try:
+        with watch.active():
+            shutil.rmtree(scratch)
+            with pytest.raises(PermissionError):
+                os.unlink("victim", dir_fd=fd)
+    finally:
+        os.close(fd)
+    assert not scratch.exists() and (outside / "victim").read_text() == "keep"
+    assert watch.attempts == [f"remove {outside.resolve()}/victim (outside its work dir, or a file of the harness)"]
 
 
 def test_torch_patching_itself_is_not_blamed_on_the_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
