@@ -21,7 +21,7 @@ GPU_BASE    ?= nvidia/cuda:13.0.1-devel-ubuntu24.04
 OFFLINE_BASE := kernelflow-base:bookworm
 IMAGE_TAG   ?= latest
 
-.PHONY: install demo test lint typecheck bench-gpu clean images image-cpu image-gpu base-image docker-engine
+.PHONY: install demo test lint typecheck bench-gpu bench-agreement clean images image-cpu image-gpu base-image docker-engine
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -66,6 +66,13 @@ lint: install
 BENCH_ARGS ?= --skip-done
 bench-gpu: install
 	$(BIN)/python scripts/bench_gpu.py $(BENCH_ARGS)
+
+# Independent agreement (issue 8): each best kernel of bench/results/, exported, timed by our re-implementation of
+# KernelBench's procedure against kernelflow's median (±5%), one process per problem; resumable like bench-gpu: each
+# record lands in bench/agreement/, a rerun skips the final ones. `scripts/agreement.py --render` prints the table.
+AGREEMENT_ARGS ?= --skip-done
+bench-agreement: install
+	$(BIN)/python scripts/agreement.py $(AGREEMENT_ARGS)
 
 images: image-cpu image-gpu
 

@@ -1,0 +1,112 @@
+"""scripts/agreement.py on CPU: KernelBench's statistics and procedure (warm-ups, discarded first call, autograd on),
+the ±5% check (median against median), the table (GPU records only), the refusal to run without a GPU, and the
+whole per-problem path (rebuild, verify, kernelflow's benchmark, export, import of the package, both timings) on
+CPU shapes."""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def agreement():
+    spec = importlib.util.spec_from_file_location("agreement", ROOT / "scripts" / "agreement.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kernelbench_statistics(agreement):
+    stats = agreement.kernelbench_stats([1.0, 2.0, 3.0, 4.0, 100.0])  # ms
+    assert stats["reported_ms"] == {"mean": 22.0, "std": 39.0, "min": 1.0, "max": 100.0, "num_trials": 5}
+    assert stats["median_us"] == 3000.0 and stats["mean_us"] == 22000.0 and stats["n"] == 5
+    assert agreement.kernelbench_stats([1.0, 2.0, 3.0, 4.0])["median_us"] == 2500.0
+    assert agreement.sig3(0.0012345) == 0.00123 and agreement.sig3(536.49) == 536.0
+
+
+def test_the_check_is_median_against_median_within_five_percent(agreement):
+    kf = {"median_us": 100.0, "mean_us": 100.0}
+    outlier = agreement.compare(kf, {"median_us": 104.9, "mean_us": 150.0})  # one slow call moves only the mean
+    assert outlier["agree"] and outlier["ratio_mean"] == 1.5 and outlier["ratio_headline"] == 1.5
+    assert not agreement.compare(kf, {"median_us": 105.2, "mean_us": 100.0})["agree"]
+    assert agreement.compare(kf, {"median_us": 95.0, "mean_us": 95.0})["agree"]
+    assert not agreement.compare(kf, {"median_us": 94.9, "mean_us": 100.0})["agree"]
+    assert not agreement.agrees(None) and not agreement.agrees(math.nan)
+
+
+def test_kernelbench_procedure_warms_up_discards_the_first_call_and_keeps_autograd_on(agreement):
+    calls, grad = [], []
+
+    def fn():
+        calls.append(len(calls))
+        grad.append(__import__("torch").is_grad_enabled())
+        if len(calls) == 4:  # the first call after the 3 warm-ups is slow: it must be the discarded one
+            time.sleep(0.05)
+
+    times = agreement.kernelbench_times_ms(fn, [], "cpu", warmup=3, trials=10)
+    assert len(times) == 10 and len(calls) == 3 + 1 + 10 and max(times) < 40.0
+    assert all(grad)  # KernelBench's eval times with autograd on
+    grad.clear()
+    agreement.kernelbench_times_ms(fn, [], "cpu", warmup=1, trials=2, no_grad=True)
+    assert grad == [False] * 4
+
+
+def cell(kf_us: float, kb_us: float, agreement) -> dict:
+    kb = agreement.kernelbench_stats([kb_us / 1e3] * 3)
+    return agreement.compare({"median_us": kf_us, "ci_low_us": kf_us - 1, "ci_high_us": kf_us + 1,
+                              "mean_us": kf_us, "n_reps": 40}, kb)
+
+
+def test_render_shows_gpu_records_and_counts_agreement(agreement, tmp_path: Path):
+    gpu = {"problem": "09_silu", "status": "ok", "device": "cuda", "device_name": "NVIDIA H200", "rebuilt_is_best": True,
+           "workloads": {"gpu0": {"candidate": cell(500.0, 510.0, agreement), "eager": cell(1200.0, 1190.0, agreement)},
+                         "gpu1": {"candidate": cell(500.0, 540.0, agreement), "eager": cell(1200.0, 1205.0, agreement)}}}
+    gpu.update(agree=False, eager_agree=True)
+    cpu = {**gpu, "problem": "17_elementwise_chain", "device": "cpu", "message": ""}
+    broken = {"problem": "22_attention_bf16", "status": "error", "device": "cuda", "message": "RuntimeError: boom"}
+    for r in (gpu, cpu, broken):
+        (tmp_path / f"{r['problem']}.json").write_text(json.dumps(r))
+    table = agreement.render(tmp_path)
+    assert "| 09_silu | gpu0 | 500.0 [499.0, 501.0] | 510.0 | 510 ± 0 | 1.020 | 1.020 | yes | 1200.0 | 1190.0 | 0.992 " \
+           "| yes |" in table
+    assert "|  | gpu1 | 500.0 [499.0, 501.0] | 540.0 | 540 ± 0 | 1.080 | 1.080 | **no** |" in table
+    assert "| 17_elementwise_chain |" not in table and "17_elementwise_chain (ok, not timed on a GPU" in table
+    assert "22_attention_bf16 (error: RuntimeError: boom)" in table
+    assert "1 problems, 2 shapes on NVIDIA H200: the exported kernel agrees within ±5% (median against median) on 1 " \
+           "of 2 shapes and 0 of 1 problems; eager PyTorch (the control) on 2 of 2 shapes." in table
+
+
+def test_no_claim_from_a_cpu(tmp_path: Path):
+    out = tmp_path / "agreement"
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "agreement.py"), "--only", "09", "--out-dir", str(out)],
+                          capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=120)
+    assert done.returncode != 0 and "no CUDA device here" in done.stderr and not out.exists(), done.stderr[-2000:]
+
+
+def test_the_exported_package_is_what_is_timed_on_cpu_shapes(agreement, tmp_path: Path):
+    data = json.loads((ROOT / "bench" / "results" / "09_silu.json").read_text())
+    record = agreement.agree("09_silu", data, "cpu", tmp_path / "work", kb_trials=3, kb_warmup=1, verify_trials=1,
+                             bench_knobs={"min_reps": 3, "max_reps": 3}, log=lambda line: None)
+    assert record["status"] == "ok", record.get("message")
+    assert record["candidate_id"] == data["best"] == record["export"]["candidate_id"] and record["rebuilt_is_best"]
+    assert record["export"]["timed_class"] == "kb_agree_09_silu.model_new"  # ModelNew from the exported package
+    assert record["verify"]["status"] == "ok" and record["device"] == "cpu"
+    assert sorted(record["workloads"]) == ["cpu0", "cpu1"]
+    for w in record["workloads"].values():
+        for name in ("candidate", "eager"):
+            c = w[name]
+            assert c["kb"]["n"] == 3 and c["kf"]["n_reps"] == 3 and c["ratio_median"] > 0 and isinstance(c["agree"], bool)
+    out = tmp_path / "agreement"
+    out.mkdir()
+    (out / "09_silu.json").write_text(json.dumps(record, default=str))
+    table = agreement.render(out)
+    assert "| 09_silu |" not in table and "0 problems, 0 shapes" in table and "not timed on a GPU" in table
