@@ -253,8 +253,9 @@ def write(dest: Path, record: dict[str, Any]) -> None:
     tmp = dest.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
     tmp.replace(dest)
-    if os.environ.get("OUT"):
-        shutil.copy(dest, Path(os.environ["OUT"]) / dest.name)
+    if os.environ.get("OUT"):  # a folder of its own there: bench_gpu.py's records have the same names
+        (out := Path(os.environ["OUT"]) / "agreement").mkdir(parents=True, exist_ok=True)
+        shutil.copy(dest, out / dest.name)
 
 
 def refuse_without_cuda() -> None:
