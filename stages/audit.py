@@ -82,7 +82,8 @@ class Watch:
         self.allowed = [self.workdir, os.path.realpath(os.path.join(triton, ".triton")), os.path.realpath(
             os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions"))]
         self.allowed += [os.path.realpath(os.environ[k]) for k in ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR",
-                                                                     "TRITON_OVERRIDE_DIR") if os.environ.get(k)]
+                                                                     "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+                         if os.environ.get(k)]
         self.temp = os.path.realpath(tempfile.gettempdir())
         self.attempts: list[str] = []
         self.born: set[int] = set()  # threads started while active: the candidate's, whatever they do later

@@ -140,6 +140,10 @@ class StageResult(Contract):
     message: str = Field(default="", description="human-readable reason or summary")
     duration_s: float | None = Field(default=None, description="wall time of the stage call, seconds")
     blobs: dict[str, str] = Field(default_factory=dict, description="artifact name -> blob sha256 (log, ptx, ...)")
+    sandbox: dict[str, str] = Field(default_factory=dict, description="subprocess executor: sandbox feature "
+                                    "(environment, temp_dir, cpu_time, file_size, core_dumps, processes, memory, "
+                                    "network) -> 'applied: ...' or 'not applied: why' (stages/sandbox.py); empty "
+                                    "inline and in docker, whose container is the sandbox")
 
 
 class CompileRequest(StageRequest):
@@ -285,6 +289,11 @@ class BenchmarkResult(StageResult):
     recheck_passed: bool | None = Field(default=None, description="outputs of timed calls re-checked and correct")
     precheck_s: float | None = Field(default=None, description="seconds of the request's precheck (verification "
                                      "before timing), part of duration_s; None when it asked for none")
+    accepted: bool | None = Field(default=None, description="set by the search, not the stage, on a successful call "
+                                  "it judged: True when its strategy keeps the candidate on this timing, so the row "
+                                  "competes for the run's winner (artifacts/winner.py): greedy, mcts and agents every "
+                                  "full timing, the ladder the one it accepted at rung 2 or 3; None: not judged (a "
+                                  "screening call, a failure, the baselines alone, `kernelflow verify --timed`)")
 
 
 class RungRecord(Contract):

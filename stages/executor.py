@@ -1,10 +1,17 @@
-"""Where a stage runs: inline (trusted, cheap), in a subprocess with a deadline (anything running candidate code),
-or in a container of its own (stages/docker_executor.py: no network, read-only root, limits, non-root user).
+"""Where a stage runs: inline (trusted, cheap), in a sandboxed subprocess with a deadline (anything running candidate
+code), or in a container of its own (stages/docker_executor.py: no network, read-only root, limits, non-root user).
 
 A candidate that crashes the process, calls os._exit, hangs or poisons the CUDA context only loses its own
-process: the executor turns that into a failure result with the process log kept as a blob. A stage process
-gets the environment without secrets (SECRET: API keys, tokens, cloud credentials); inline stages share the
+process: the executor turns that into a failure result with the process log kept as a blob. Inline stages share the
 flow's process, keys included: inline is for trusted code and tests.
+
+A stage subprocess (stages/sandbox.py, `Sandbox`) gets the environment without secrets (SECRET: API keys, tokens,
+cloud credentials), a temp dir of its own in the call's work dir, limits the kernel enforces on it and on every
+process it starts (CPU time from the deadline, file size, no core dumps, processes; address space on CPU requests),
+and, where the kernel allows an unprivileged user namespace, a network namespace with loopback only. The result's
+`sandbox` record says which of these applied and why not; a process killed at its CPU-time limit is a "timeout".
+What it does not get, unlike a container: a read-only file system (it may write wherever its uid may, shared caches
+included), a private /proc and /dev, or a memory limit on GPU requests (docs/INTEGRITY.md).
 """
 
 from __future__ import annotations
@@ -24,11 +31,12 @@ from stages.contracts import StageRequest, StageResult
 from stages.docker_executor import Docker, run_in_container
 from stages.entry import INFRA_EXIT
 from stages.errors import InfrastructureError
+from stages.sandbox import Plan, Sandbox, plan
 
 STAGES = {"compile": "stages.compile", "verify": "stages.verify", "benchmark": "stages.benchmark",
           "profile": "stages.profile"}
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-Mode = Literal["inline", "subprocess"] | Docker
+Mode = Literal["inline", "subprocess"] | Docker | Sandbox  # "subprocess" is Sandbox()
 
 
 # Never handed to a stage process (candidate code runs there): API keys, tokens, passwords, cloud credentials.
@@ -48,10 +56,11 @@ def stage_env(request: StageRequest) -> dict[str, str]:
     return env
 
 
-def _describe_exit(code: int) -> str:
+def _describe_exit(code: int, sandbox: Plan) -> tuple[str, str]:
+    """(kind, why) of a stage process that ended without a result: "crash", or the verdict of a sandbox limit."""
     if code < 0:
-        return f"killed by signal {signal.Signals(-code).name}"
-    return f"exited with status {code} without writing a result"
+        return sandbox.verdict(-code) or ("crash", f"killed by signal {signal.Signals(-code).name}")
+    return "crash", f"exited with status {code} without writing a result"
 
 
 def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> StageResult:
@@ -63,35 +72,49 @@ def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> St
     req_path, res_path, log_path = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
     res_path.unlink(missing_ok=True)
     started = time.perf_counter()
+    record: dict[str, str] = {}  # the subprocess sandbox's (stages/sandbox.py)
     if isinstance(mode, Docker):
         code, kind, why = run_in_container(STAGES[name], request, mode, req_path, res_path, log_path)
     else:
         req_path.write_text(request.model_dump_json())
-        code, kind, why = _run_process(STAGES[name], request, req_path, res_path, log_path)
+        sandbox = mode if isinstance(mode, Sandbox) else Sandbox()
+        code, kind, why, record = _run_process(name, request, sandbox, req_path, res_path, log_path)
     log_bytes = log_path.read_bytes()
     log_blob = put_bytes(request.blob_dir, log_bytes)
     if res_path.exists() and kind == "crash":
         result = module.Result.model_validate_json(res_path.read_text())
         result.blobs.setdefault("stage_log", log_blob)
+        result.sandbox = record
         return result
     tail = log_bytes.decode(errors="replace")[-2000:]
     if code == INFRA_EXIT and kind == "crash":
         raise InfrastructureError(f"stage {name} failed outside the candidate ({why}); log {log_path}:\n{tail}")
     result = module.failed(request, kind, f"{why}. Log tail:\n{tail}", {"stage_log": log_blob})
-    result.duration_s = time.perf_counter() - started
+    result.duration_s, result.sandbox = time.perf_counter() - started, record
     return result
 
 
-def _run_process(module: str, request: StageRequest, req_path: Path, res_path: Path,
-                 log_path: Path) -> tuple[int | None, str, str]:
-    """`python -m MODULE` in a process group of its own; (exit status or None at the deadline, kind, why)."""
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", module, str(req_path), str(res_path)], cwd=req_path.parent,
-                                stdout=log, stderr=subprocess.STDOUT, env=stage_env(request), start_new_session=True)
-        try:
-            code = proc.wait(timeout=request.timeout_s)
-            return code, "crash", _describe_exit(code)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None, "timeout", f"killed after the {request.timeout_s:.0f} s deadline"
+def _run_process(name: str, request: StageRequest, sandbox: Sandbox, req_path: Path, res_path: Path,
+                 log_path: Path) -> tuple[int | None, str, str, dict[str, str]]:
+    """`python -m stages.NAME` in a process group and sandbox of its own; (exit status or None at the deadline, kind,
+    why, the sandbox's record)."""
+    withheld = [k for k in os.environ if SECRET.search(k)]
+    call = plan(sandbox, name, request, stage_env(request), withheld)
+    try:
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen([sys.executable, "-m", STAGES[name], str(req_path), str(res_path)],
+                                        cwd=req_path.parent, stdout=log, stderr=subprocess.STDOUT, env=call.env,
+                                        start_new_session=True, preexec_fn=call.enter)
+            except subprocess.SubprocessError as e:  # the probe said it would work: not the candidate's doing
+                raise InfrastructureError(f"stage {name}: the process could not enter its sandbox ({e}); "
+                                          f"{call.record}") from e
+            try:
+                code = proc.wait(timeout=request.timeout_s)
+                return (code, *_describe_exit(code, call), call.record)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return None, "timeout", f"killed after the {request.timeout_s:.0f} s deadline", call.record
+    finally:
+        call.clean()

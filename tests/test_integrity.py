@@ -242,12 +242,14 @@ def test_held_out_shapes_keep_alignment_and_settings():
     assert pair is not None and pair[1].params["mask_mode"] == 1  # a setting (never above 8 anywhere), not a size
 
 
-def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path):
+def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     watch = Watch(tmp_path / "work")
     assert watch.may_write(str(tmp_path / "work" / "scratch.bin"))
     assert not watch.may_write(str(tmp_path / "work" / "verify.result.json"))  # the stage's own result
     assert not watch.may_write(str(tmp_path / "elsewhere.txt"))
     assert not watch.may_write(str(Path.home() / ".bashrc"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the sandbox sets it (stages/sandbox.py)
+    assert Watch(tmp_path / "work").may_write(str(tmp_path / "inductor" / "fxgraph" / "entry"))
 
 
 def test_an_unnamed_temp_file_is_allowed_a_named_one_outside_the_work_dir_is_not(tmp_path: Path):
@@ -257,8 +259,8 @@ def test_an_unnamed_temp_file_is_allowed_a_named_one_outside_the_work_dir_is_not
     with watch.active():
         with tempfile.TemporaryFile() as f:
             f.write(b"scratch")
-        with pytest.raises(PermissionError):
-            open(os.path.join(tempfile.gettempdir(), "kf-not-allowed.txt"), "w")
+        with pytest.raises(PermissionError), open(os.path.join(tempfile.gettempdir(), "kf-not-allowed.txt"), "w"):
+            pass
     assert watch.attempts == [f"write {os.path.realpath(tempfile.gettempdir())}/kf-not-allowed.txt (outside its "
                               "work dir, or a file of the harness)"]
 

@@ -2,11 +2,14 @@
 
 Retry policy: the openai SDK's own retries are off; tenacity makes at most `max_attempts` attempts.
 Retried: 429 rate limits, 5xx server errors, timeouts and connection failures, after a wait drawn at
-random from [0, 2**(n-1)] s (exponential backoff with full jitter); a Retry-After header (seconds or
-HTTP date) is a floor; every wait is capped by `max_backoff_s`. Not retried: 401/403 ("auth") and
-400/404/422 and other 4xx ("invalid_request"), which fail at once. The budget is checked before every
-attempt, so a budget spent meanwhile stops the retries ("budget"). Every outcome is an LLMCall row,
-on the LLMReply or on the LLMError; the API key never enters a row, a message or a log.
+random from [0, 2**(n-1)] s capped by `max_backoff_s` (exponential backoff with full jitter); a Retry-After
+header (seconds or HTTP date) is a floor the cap does not lower: the server is never asked again before it
+said. A call has a wall-clock limit, `max_call_s` (attempts and waits together; each attempt's HTTP timeout
+is cut to what is left): when the next wait would end past it, the call gives up at once with the last
+error, the message saying so. Not retried: 401/403 ("auth") and 400/404/422 and other 4xx
+("invalid_request"), which fail at once. The budget is checked before every attempt, so a budget spent
+meanwhile stops the retries ("budget"). Every outcome is an LLMCall row, on the LLMReply or on the LLMError;
+the API key never enters a row, a message or a log.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception_type,
-    stop_after_attempt,
     wait_random_exponential,
 )
 
@@ -35,6 +37,7 @@ from stages.errors import KernelflowError
 __all__ = ["LLMBudget", "LLMCall", "LLMError", "LLMReply", "LLMSettings", "api_key", "complete"]
 
 SLEEP: Callable[[float], None] = time.sleep  # the wait between attempts; tests replace it
+CLOCK: Callable[[], float] = time.monotonic  # a call's wall clock (its limit, its latency); tests replace both
 RETRIED = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
 _KINDS: list[tuple[type[openai.APIError], str]] = [  # first match wins (APITimeoutError is an APIConnectionError)
     (openai.RateLimitError, "rate_limited"), (openai.InternalServerError, "server_error"),
@@ -44,7 +47,8 @@ _KINDS: list[tuple[type[openai.APIError], str]] = [  # first match wins (APITime
 ]
 _ENV = {"model": "KERNELFLOW_LLM_MODEL", "temperature": "KERNELFLOW_LLM_TEMPERATURE",
         "max_tokens": "KERNELFLOW_LLM_MAX_TOKENS", "timeout_s": "KERNELFLOW_LLM_TIMEOUT_S",
-        "max_attempts": "KERNELFLOW_LLM_MAX_ATTEMPTS", "price_in_usd_per_mtok": "KERNELFLOW_LLM_PRICE_IN",
+        "max_attempts": "KERNELFLOW_LLM_MAX_ATTEMPTS", "max_call_s": "KERNELFLOW_LLM_MAX_CALL_S",
+        "price_in_usd_per_mtok": "KERNELFLOW_LLM_PRICE_IN",
         "price_out_usd_per_mtok": "KERNELFLOW_LLM_PRICE_OUT"}
 
 
@@ -64,7 +68,10 @@ class LLMSettings(Contract):
     max_tokens: int = Field(default=8192, description="completion token limit per call")
     timeout_s: float = Field(default=120.0, description="HTTP timeout of one attempt")
     max_attempts: int = Field(default=6, ge=1, description="attempts in all, the first included")
-    max_backoff_s: float = Field(default=60.0, description="cap of one wait between attempts")
+    max_backoff_s: float = Field(default=60.0, description="cap of one backoff wait between attempts (a longer "
+                                 "Retry-After is still honoured)")
+    max_call_s: float = Field(default=600.0, gt=0, description="wall-clock seconds one call may take, attempts and "
+                              "waits included; a wait that would end past it is not made: the call fails at once")
     base_url: str | None = Field(default=None, description="endpoint, e.g. http://host:8000/v1; "
                                  "None: the openai SDK reads OPENAI_BASE_URL")
     price_in_usd_per_mtok: float = Field(default=0.0, description="prompt price per million tokens; 0: unknown")
@@ -133,31 +140,47 @@ def openai_client(settings: LLMSettings) -> openai.OpenAI:
 def complete(messages: list[dict[str, str]], settings: LLMSettings, purpose: str, budget: LLMBudget | None = None,
              client_factory: Callable[[LLMSettings], openai.OpenAI] | None = None) -> LLMReply:
     """One chat completion, retried per the module's policy; raises LLMError (with its LLMCall) on failure."""
-    started_at, t0, attempts = datetime.now(UTC).isoformat(timespec="milliseconds"), time.monotonic(), 0
+    started_at, t0, attempts = datetime.now(UTC).isoformat(timespec="milliseconds"), CLOCK(), 0
+    gave_up: list[str] = []  # why the retries stopped before max_attempts: the wall-clock limit
 
     def row(**fields: Any) -> LLMCall:
         return LLMCall(call_id=uuid.uuid4().hex, purpose=purpose, model=settings.model, attempts=attempts,
-                       latency_s=time.monotonic() - t0, started_at=started_at, **fields)
+                       latency_s=CLOCK() - t0, started_at=started_at, **fields)
+
+    def stop(state: RetryCallState) -> bool:  # the attempts are spent, or the next wait would pass the limit
+        if state.attempt_number >= settings.max_attempts:
+            return True
+        elapsed = CLOCK() - t0
+        if elapsed + state.upcoming_sleep <= settings.max_call_s:
+            return False
+        asked = _retry_after_s(state.outcome.exception() if state.outcome else None)
+        gave_up.append(f"gave up after {elapsed:.0f} s: the next wait of {state.upcoming_sleep:.0f} s"
+                       + (f" (Retry-After {asked:.0f} s)" if asked else "")
+                       + f" would pass the call's wall-clock limit of {settings.max_call_s:.0f} s")
+        return True
 
     key = None
     try:
         _check(budget)  # before the key is looked up or the server contacted
         client = (client_factory or openai_client)(settings)
         key = client.api_key
-        for attempt in Retrying(stop=stop_after_attempt(settings.max_attempts), wait=_wait(settings.max_backoff_s),
-                                retry=retry_if_exception_type(RETRIED), sleep=lambda s: SLEEP(s), reraise=True):
+        for attempt in Retrying(stop=stop, wait=_wait(settings.max_backoff_s), retry=retry_if_exception_type(RETRIED),
+                                sleep=lambda s: SLEEP(s), reraise=True):
             with attempt:
                 _check(budget)  # another call may have spent it during the wait
                 attempts += 1
+                left_s = max(settings.max_call_s - (CLOCK() - t0), 1.0)
                 response = client.chat.completions.create(
                     messages=messages,  # type: ignore[arg-type]
-                    model=settings.model, temperature=settings.temperature, max_tokens=settings.max_tokens)
+                    model=settings.model, temperature=settings.temperature, max_tokens=settings.max_tokens,
+                    timeout=min(settings.timeout_s, left_s))
     except LLMError as e:
         e.call = row(status="failed", error_kind=e.kind, message=e.detail)
         raise
     except openai.APIError as e:
         kind = next((kind for cls, kind in _KINDS if isinstance(e, cls)), "server_error")  # e.g. a malformed body
-        detail = _redact(f"model {settings.model}, {attempts} attempt(s): {_describe(e)}", key)[:500]
+        why = f", {gave_up[-1]}" if gave_up else ""
+        detail = _redact(f"model {settings.model}, {attempts} attempt(s){why}: {_describe(e)}", key)[:500]
         raise LLMError(kind, detail, row(status="failed", error_kind=kind, message=detail)) from None
     choice, usage = response.choices[0], response.usage
     tokens_in, tokens_out = (usage.prompt_tokens, usage.completion_tokens) if usage else (None, None)
@@ -180,9 +203,9 @@ def _check(budget: LLMBudget | None) -> None:
 def _wait(cap_s: float) -> Callable[[RetryCallState], float]:
     jitter = wait_random_exponential(multiplier=1, max=cap_s)
 
-    def wait(state: RetryCallState) -> float:
+    def wait(state: RetryCallState) -> float:  # the backoff, capped; the server's Retry-After, never shortened
         error = state.outcome.exception() if state.outcome else None
-        return min(max(jitter(state), _retry_after_s(error) or 0.0), cap_s)
+        return max(jitter(state), _retry_after_s(error) or 0.0)
 
     return wait
 

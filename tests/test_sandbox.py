@@ -1,0 +1,235 @@
+"""The subprocess executor's sandbox (stages/sandbox.py), seen from inside: probes run as candidate code in a stage
+process (tests/sandbox_stage.py: no static checks, no audit hook, as for a candidate that evades them) and report what
+they could do. Network isolation needs unprivileged user namespaces; where this machine has none, the network test
+checks that the record says so, then skips."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stages import executor, sandbox
+from stages.contracts import Candidate, Origin, VerifyRequest
+from stages.errors import InfrastructureError
+from stages.executor import run_stage
+from stages.sandbox import Probe, Sandbox
+from tests.sandbox_stage import ProbeRequest
+from tests.test_verify import FIXTURES, SOFTMAX, TORCH_COMPUTE
+
+FEATURES = {"environment", "temp_dir", "cpu_time", "file_size", "core_dumps", "processes", "memory", "network"}
+
+
+@pytest.fixture(autouse=True)
+def probe_stage(monkeypatch):
+    monkeypatch.setitem(executor.STAGES, "probe", "tests.sandbox_stage")
+
+
+def run_probe(tmp_path: Path, code: str, mode: Sandbox | str = "subprocess", **request):
+    req = ProbeRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), code=code, **request)
+    result = run_stage("probe", req, mode)
+    return result, (json.loads(result.message) if result.status == "ok" else None)
+
+
+@pytest.fixture
+def server():
+    """A TCP server on the host's loopback: a probe in its own network namespace must not reach it."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        s.settimeout(0.5)
+        yield s
+
+
+ENV_TMP_NET = '''
+import errno, os, socket, subprocess, tempfile
+out["secret"] = os.environ.get("OPENAI_API_KEY")
+out["child_env"] = subprocess.run(["sh", "-c", "env"], capture_output=True, text=True).stdout
+out["tmp"] = tempfile.gettempdir()
+with tempfile.NamedTemporaryFile(delete=False) as f:
+    out["tmp_file"] = f.name
+out["interfaces"] = sorted(name for _, name in socket.if_nameindex())
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=5).close()
+    out["connect"] = "connected"
+except OSError as e:
+    out["connect"] = errno.errorcode.get(e.errno, str(e))
+'''
+
+
+def test_a_probe_sees_no_secret_its_own_temp_dir_and_no_network(tmp_path: Path, monkeypatch, server):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "must-not-leak-either")
+    result, out = run_probe(tmp_path, ENV_TMP_NET.replace("PORT", str(server.getsockname()[1])))
+    assert result.status == "ok", result.message
+    assert out["secret"] is None and "must-not-leak" not in out["child_env"]
+    assert set(result.sandbox) == FEATURES and "AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY" in result.sandbox["environment"]
+    temp = tmp_path.resolve() / "work" / "probe.tmp"
+    assert out["tmp"] == str(temp) and Path(out["tmp_file"]).parent == temp
+    assert not temp.exists()  # removed after the call
+    if (why_not := sandbox.probe().why_not) is not None:
+        assert result.sandbox["network"] == f"not applied: {why_not}"
+        pytest.skip(f"this machine cannot give a process its own network namespace: {why_not}")
+    assert result.sandbox["network"].startswith("applied") and out["interfaces"] == ["lo"]
+    assert out["connect"] in ("ECONNREFUSED", "ENETUNREACH")
+    with pytest.raises(TimeoutError):
+        server.accept()  # nothing reached the host's loopback
+
+
+CPU_BURN = '''
+import subprocess, sys
+try:  # in a session of its own, the deadline's kill would miss it: without the limit, the timeout ends it
+    child = subprocess.run([sys.executable, "-c", "while True: pass"], start_new_session=True, timeout=60).returncode
+except subprocess.TimeoutExpired:
+    child = "ran 60 s"
+open("child_status", "w").write(str(child))
+while True:
+    pass
+'''
+
+
+def test_burning_cpu_past_the_limit_is_a_timeout_for_the_process_and_its_children(tmp_path: Path):
+    started = time.perf_counter()
+    result, _ = run_probe(tmp_path, CPU_BURN, Sandbox(cpu_cores=0, cpu_margin_s=3), timeout_s=120)
+    assert (result.status, result.failure_kind) == ("failed", "timeout") and "CPU-time limit" in result.message
+    assert "RLIMIT_CPU 3 s" in result.message and result.sandbox["cpu_time"].startswith("applied: RLIMIT_CPU 3 s")
+    assert (tmp_path / "work" / "child_status").read_text() == str(-24)  # SIGXCPU, in its own session too
+    assert time.perf_counter() - started < 100  # the CPU limit, long before the 120 s deadline
+
+
+BIG_FILES = '''
+import errno, subprocess
+try:
+    with open("big.py.bin", "wb") as f:
+        f.write(b"x" * (2 << 20))
+    out["python"] = "written"
+except OSError as e:
+    out["python"] = errno.errorcode[e.errno]
+out["child"] = subprocess.run(["sh", "-c", "head -c 2000000 /dev/zero > big.sh.bin"]).returncode
+'''
+
+
+def test_a_file_stops_at_the_size_limit(tmp_path: Path):
+    result, out = run_probe(tmp_path, BIG_FILES, Sandbox(file_size_bytes=1 << 20))
+    assert result.status == "ok", result.message
+    assert out["python"] == "EFBIG" and out["child"] != 0  # Python ignores SIGXFSZ; the shell's child dies of it
+    assert [(tmp_path / "work" / f).stat().st_size for f in ("big.py.bin", "big.sh.bin")] == [1 << 20, 1 << 20]
+
+
+FORK_BOMB = '''
+import errno, os, signal, time
+kids = []
+try:
+    for _ in range(400):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        kids.append(pid)
+    out["error"] = None
+except OSError as e:
+    out["error"] = errno.errorcode[e.errno]
+out["spawned"] = len(kids)
+for pid in kids:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+'''
+
+
+def test_a_fork_bomb_is_bounded(tmp_path: Path):
+    result, out = run_probe(tmp_path, FORK_BOMB, Sandbox(processes=32))
+    assert result.status == "ok", result.message
+    note = result.sandbox["processes"]
+    if note.startswith("not applied"):
+        pytest.skip(f"no process limit here: {note}")
+    assert out["error"] == "EAGAIN"
+    # in its own user namespace the limit counts the call's tasks alone; per user, it is on top of the uid's others
+    assert out["spawned"] < 32 if "own user namespace" in note else out["spawned"] < 400
+
+
+def test_the_address_space_is_limited_on_cpu_requests_only(tmp_path: Path):
+    hog = 'try:\n    bytearray(2 << 30)\n    out["alloc"] = "done"\nexcept MemoryError:\n    out["alloc"] = "MemoryError"\n'
+    result, out = run_probe(tmp_path, hog, Sandbox(memory_bytes=1 << 30))
+    assert out == {"alloc": "MemoryError"} and result.sandbox["memory"] == f"applied: RLIMIT_AS {1 << 30} bytes per process"
+    cuda = ProbeRequest(workdir=str(tmp_path / "cuda"), blob_dir=str(tmp_path / "blobs"), code="", device="cuda")
+    record = sandbox.plan(Sandbox(), "probe", cuda, {}, []).record
+    assert record["memory"].startswith("not applied: the request's device is cuda")
+
+
+def test_without_namespaces_the_record_says_so_and_required_isolation_fails(tmp_path: Path, monkeypatch):
+    why = "unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not permitted"
+    monkeypatch.setattr(sandbox, "probe", lambda: Probe(why, "user", False))
+    result, _ = run_probe(tmp_path, "")
+    assert result.status == "ok" and result.sandbox["network"] == f"not applied: {why}"
+    assert "counted per user" in result.sandbox["processes"]  # the uid's tasks seen at spawn + the allowance
+    with pytest.raises(InfrastructureError, match="network_isolation='required'.*Operation not permitted"):
+        run_probe(tmp_path, "", Sandbox(network_isolation="required"))
+    off, _ = run_probe(tmp_path, "", Sandbox(network_isolation="off"))
+    assert off.sandbox["network"] == "not applied: switched off (network_isolation='off')"
+
+
+def test_the_probe_says_why_when_the_kernel_refuses_a_namespace():
+    """In a user namespace that may create no further ones, the probe's child reports the failed step."""
+    refuse = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" -m stages.sandbox"
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-Ur", "true"]).returncode != 0:
+        pytest.skip("no `unshare -Ur` here to build a namespace that refuses others")
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(["unshare", "-Ur", "sh", "-c", refuse, sys.executable], capture_output=True, text=True, cwd=root,
+                          env=os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))})
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["why_not"].startswith("unshare(CLONE_NEWUSER|CLONE_NEWNET): ")
+
+
+PROBE_CHILD = '''
+import errno, json, os, socket, tempfile
+out = {"secret": os.environ.get("OPENAI_API_KEY"), "tmp": tempfile.gettempdir()}
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=5).close()
+    out["connect"] = "connected"
+except OSError as e:
+    out["connect"] = errno.errorcode.get(e.errno, str(e))
+open("probe.json", "w").write(json.dumps(out))
+'''
+
+
+def evading(code: str) -> str:
+    """Candidate source that runs `code` in a child process, hex-encoded: beyond the verify stage's in-process defences."""
+    return (f"\nimport importlib as _il, sys as _s\n_il.import_module('sub' + 'process').run("
+            f"[_s.executable, '-c', bytes.fromhex('{code.encode().hex()}').decode()], check=True)\n")
+
+
+def test_a_verify_call_carries_its_sandbox_record(tmp_path: Path, monkeypatch, server):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
+    source = (FIXTURES / "good.py").read_text() + evading(PROBE_CHILD.replace("PORT", str(server.getsockname()[1])))
+    candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
+    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+                            candidate=candidate, policy=TORCH_COMPUTE, timeout_s=120)
+    result = run_stage("verify", request, "subprocess")
+    assert result.status == "ok", result.message
+    probe = json.loads((tmp_path / "work" / "probe.json").read_text())
+    assert set(result.sandbox) == FEATURES and result.sandbox["memory"].startswith("applied")  # a cpu request
+    assert probe["secret"] is None and probe["tmp"] == str(tmp_path.resolve() / "work" / "verify.tmp")
+    assert probe["connect"] != "connected" or sandbox.probe().why_not is not None
+
+
+def test_a_candidate_cannot_lift_its_limits(tmp_path: Path):
+    lift = ('import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY,) * 2)\n'
+            '    out["lift"] = "lifted"\nexcept (ValueError, OSError) as e:\n    out["lift"] = type(e).__name__\n')
+    result, out = run_probe(tmp_path, lift)
+    if result.sandbox["cpu_time"].endswith("root may lift it"):
+        pytest.skip("root without a user namespace of its own keeps CAP_SYS_RESOURCE: the record says so")
+    assert out["lift"] in ("ValueError", "PermissionError")
+
+
+def test_a_sandbox_that_cannot_be_entered_is_an_infrastructure_error(tmp_path: Path, monkeypatch):
+    def refuse(self):
+        raise PermissionError("unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not permitted")
+
+    monkeypatch.setattr(sandbox.Plan, "enter", refuse)
+    with pytest.raises(InfrastructureError, match="could not enter its sandbox"):
+        run_probe(tmp_path, "")
+    assert not (tmp_path / "work" / "probe.tmp").exists()
