@@ -51,14 +51,17 @@ def _compile_vs_eager_alone(base: pd.DataFrame) -> float | None:
 
 def _competing(store: Store, run_id: str, ok: pd.DataFrame) -> pd.DataFrame:
     """The benchmark rows that compete: calls over every timed workload (not a screening call over some), each
-    candidate's latest (a precise re-timing supersedes the standard one) and, where a ladder recorded rungs
-    (flows/search/ladder.py), only the candidates it accepted: one faster within the noise leaves the incumbent."""
+    candidate's latest (a precise re-timing supersedes the standard one), where its strategy accepted the candidate
+    (the row's `accepted`: a ladder leaves the incumbent when one is faster only within the noise). A row no search
+    judged (a store from before that column) competes unless a ladder's rungs name other candidates as accepted."""
     if "workloads" in ok:
         ok = ok[ok.workloads.isna()]
-    rungs = store.read("rungs", run_id)
-    if not rungs.empty:
-        ok = ok[ok.candidate_id.isin(rungs.candidate_id[rungs.outcome == "accepted"])]
-    return ok.drop_duplicates("candidate_id", keep="last")
+    ok = ok.drop_duplicates("candidate_id", keep="last")
+    judged = ok["accepted"] if "accepted" in ok else pd.Series(None, index=ok.index, dtype=object)
+    unjudged = judged.isna()
+    if unjudged.any() and not (rungs := store.read("rungs", run_id)).empty:
+        unjudged &= ok.candidate_id.isin(rungs.candidate_id[rungs.outcome == "accepted"])
+    return ok[judged.eq(True) | unjudged]
 
 
 def winner(store: Store, run_id: str) -> Winner | None:

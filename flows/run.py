@@ -8,6 +8,7 @@ wires them.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -79,7 +80,8 @@ class Run:
         self.feedback: dict[str, str] = {}  # per profiled candidate: its feedback text
         self.speedups: dict[str, float] = {}  # per verified candidate: geomean speedup over eager
         self.sol_floors: dict[str, float] | None = None  # per timed workload, µs: set for a --target-sol run
-        self.sol_fractions: dict[str, float] = {}  # per verified candidate with floors: its share of speed of light
+        self.best_sol: float | None = None  # the best's share of speed of light on a --target-sol run (new_best)
+        self.flat_timing: BenchmarkResult | None = None  # the latest flat evaluation's timing (verify_and_time)
         self.candidates: dict[str, Candidate] = {}
         self.llm = LLMBudget(max_tokens=llm_max_tokens, max_usd=llm_max_usd)
         self.barren = 0  # proposals in a row that gave no candidate (an LLM reply with no usable code)
@@ -110,10 +112,11 @@ class Run:
 
 def evaluate(run: Run, candidate: Candidate) -> float | None:
     """The flat evaluation: compile → verify on every shape → standard timing; every result recorded; returns the
-    candidate's geomean speedup over eager, or None when rejected."""
+    candidate's geomean speedup over eager, or None when rejected. Every verified candidate is kept (its timing
+    accepted: it competes for the winner, the best being the fastest)."""
     if compile_step(run, candidate).status != "ok":
         return None
-    timed = verify_and_time(run, candidate)
+    timed = verify_and_time(run, candidate, lambda _: True)
     return timed.speedup_vs_eager if timed else None
 
 
@@ -143,13 +146,17 @@ def verify_step(run: Run, candidate: Candidate, sizes: list[SizeSet], **knobs: A
     return verified
 
 
-def benchmark_step(run: Run, candidate: Candidate, **knobs: Any) -> BenchmarkResult:
+def benchmark_step(run: Run, candidate: Candidate, accept: Callable[[BenchmarkResult], bool] | None = None,
+                   **knobs: Any) -> BenchmarkResult:
     """Time the candidate beside the run's baselines on the run's timed shapes (knobs: BenchmarkRequest's
-    repetitions, target, budget, baselines, workloads); recorded, charged to run.gpu_s, a failure kept."""
+    repetitions, target, budget, baselines, workloads); recorded, charged to run.gpu_s, a failure kept. `accept`
+    judges a successful call before it is recorded (its row's `accepted`: the strategy keeps the candidate on it)."""
     fields = dict(problem=run.problem, candidate=candidate, device=run.device, sizes=run.sizes,
                   baselines=run.baselines) | knobs
     timed = benchmark_task(BenchmarkRequest(**fields, **run.request_fields(candidate, "benchmark", run.timeout_s)),
                            run.mode, str(run.store.root))
+    if accept is not None and timed.status == "ok":
+        timed.accepted = accept(timed)
     run.store.append_benchmark(run.id, timed)
     run.gpu_s += timed.duration_s or 0.0
     if timed.status != "ok":
@@ -157,20 +164,29 @@ def benchmark_step(run: Run, candidate: Candidate, **knobs: Any) -> BenchmarkRes
     return timed
 
 
-def verify_and_time(run: Run, candidate: Candidate) -> BenchmarkResult | None:
-    """A compiled candidate verified on every shape (5 trials) then timed on every timed shape beside the baselines
-    (the flat evaluation after compile; a ladder's rung 2); the timing, or None when rejected."""
+def verify_and_time(run: Run, candidate: Candidate,
+                    accept: Callable[[BenchmarkResult], bool]) -> BenchmarkResult | None:
+    """A compiled candidate verified on every shape (5 trials) then timed on every timed shape beside the baselines,
+    the timing judged by `accept` (the flat evaluation after compile; a ladder's rung 2); the timing, or None when
+    rejected."""
     if verify_step(run, candidate, defaults.verified_sizes(run.problem, run.device, run.sizes)).status != "ok":
         return None
-    timed = benchmark_step(run, candidate)
+    timed = benchmark_step(run, candidate, accept)
     if timed.status != "ok":
         return None
     run.verified += 1
     if timed.speedup_vs_eager is not None:
         run.speedups[candidate.id] = timed.speedup_vs_eager
-    if run.sol_floors is not None and (share := fraction(run.sol_floors, timed)) is not None:
-        run.sol_fractions[candidate.id] = share
+    run.flat_timing = timed
     return timed
+
+
+def new_best(run: Run, candidate: Candidate, speedup: float) -> None:
+    """The candidate is the run's best; on a --target-sol run its share of speed of light is taken from its flat
+    timing (verify_and_time's: for a ladder, rung 2's, not a rung-3 re-timing)."""
+    run.best, run.best_sol, timed = (speedup, candidate), None, run.flat_timing
+    if run.sol_floors is not None and timed is not None and timed.candidate_id == candidate.id:
+        run.best_sol = fraction(run.sol_floors, timed)
 
 
 def rejected(run: Run, candidate: Candidate, stage: Literal["compile", "verify", "benchmark"],

@@ -23,7 +23,7 @@ import copy
 import math
 import random
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -49,6 +49,9 @@ from stages.integrity import Guard
 from stages.problem import geomean, import_problem
 from stages.provenance import collect
 from stages.timing import Timer, left_running, median_ci, persisting_l2_bytes, rel_width, reset_persisting_l2
+
+if TYPE_CHECKING:
+    from stages.verify import Loaded
 
 Result = BenchmarkResult
 RECHECK_EVERY = 10  # re-check the candidate's outputs on every input set, in every 10th rotation of the sets
@@ -241,20 +244,22 @@ def _speedup(timings: list[Timing], baseline: str) -> float | None:
     return geomean(ratios) if ratios else None
 
 
-def precheck(req: BenchmarkRequest) -> VerifyResult:
-    """The request's precheck workloads verified in this process, one trial each (stages/verify.py's own checks)."""
+def precheck(req: BenchmarkRequest) -> tuple[VerifyResult, Loaded | None]:
+    """The request's precheck workloads verified in this process, one trial each (stages/verify.py's own checks);
+    and, when it passed, the candidate's class and guard as the verification loaded them, for the timing (one
+    import)."""
     from stages import verify
 
     assert req.candidate is not None and req.precheck is not None
     sizes: list[SizeSet] = [s for s in ("cpu", "gpu") if any(w.name in req.precheck for w in req.problem.workloads(s))]
-    return verify.run(VerifyRequest(problem=req.problem, candidate=req.candidate, device=req.device, sizes=sizes,
-                                    trials=1, workloads=req.precheck, seed=req.seed, workdir=req.workdir,
-                                    blob_dir=req.blob_dir, timeout_s=req.timeout_s))
+    return verify.checked(VerifyRequest(problem=req.problem, candidate=req.candidate, device=req.device, sizes=sizes,
+                                        trials=1, workloads=req.precheck, seed=req.seed, workdir=req.workdir,
+                                        blob_dir=req.blob_dir, timeout_s=req.timeout_s))
 
 
 def run(req: BenchmarkRequest) -> BenchmarkResult:
     started, notes = time.perf_counter(), list[str]()
-    checked = precheck(req) if req.precheck and req.candidate else None
+    checked, loaded = precheck(req) if req.precheck and req.candidate else (None, None)
     if checked is not None:
         if checked.status != "ok":
             result = failed(req, checked.failure_kind or "mismatch", f"precheck: {checked.message}", checked.blobs)
@@ -268,8 +273,8 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
     prov = collect(req.device)
     timings: list[Timing] = []
     try:
-        guard, new_cls = None, None
-        if req.candidate:
+        new_cls, guard = loaded or (None, None)
+        if req.candidate and loaded is None:
             static_checks.check(req.candidate.source, req.problem)
             guard = Guard(req.workdir, req.candidate.source)
             with guard.section("import"):

@@ -47,6 +47,7 @@ from stages.library_policy import Census, downcasts, listing, op_class, violatio
 from stages.problem import import_problem
 
 Result = VerifyResult
+Loaded = tuple[type[torch.nn.Module], Guard]  # a candidate's ModelNew and the guard it was imported under
 
 
 def failed(req: VerifyRequest, kind: FailureKind, message: str, blobs: dict[str, str] | None = None) -> VerifyResult:
@@ -199,15 +200,22 @@ class _Checks:
         self.log.write(f"held-out shape {h.params}: " + (f"ok, error ratio {got[0]:.3g}\n" if got else "skipped\n"))
 
 
-def _verify(req: VerifyRequest, log: io.StringIO) -> tuple[int, int, float, float, str | None]:
-    problem, device, policy = req.problem, req.device, req.effective_policy
-    set_precision(policy)
-    static_checks.check(req.candidate.source, problem, policy)
-    module = import_problem(problem.path)
+def _load(req: VerifyRequest) -> tuple[ModuleType, Loaded]:
+    """The problem's module, and the candidate's ModelNew imported under a new guard once its source passes the
+    static checks."""
+    set_precision(req.effective_policy)
+    static_checks.check(req.candidate.source, req.problem, req.effective_policy)
+    module = import_problem(req.problem.path)
     guard = Guard(req.workdir, req.candidate.source)
     with guard.section("import"):
-        new_cls = load_model_class(req.candidate, req.workdir, device)
-    checks = _Checks(req, module, new_cls, guard, log)
+        new_cls = load_model_class(req.candidate, req.workdir, req.device)
+    return module, (new_cls, guard)
+
+
+def _verify(req: VerifyRequest, module: ModuleType, loaded: Loaded,
+            log: io.StringIO) -> tuple[int, int, float, float, str | None]:
+    problem = req.problem
+    checks = _Checks(req, module, *loaded, log)
     passed = skipped = 0
     worst, eager_worst, worst_at = 0.0, 0.0, None
     every = [w for sizes in req.sizes for w in problem.workloads(sizes)]
@@ -245,21 +253,28 @@ def _strict_torch() -> Iterator[None]:
         torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
 
 
-def run(req: VerifyRequest) -> VerifyResult:
-    started, log = time.perf_counter(), io.StringIO()
+def checked(req: VerifyRequest) -> tuple[VerifyResult, Loaded | None]:
+    """`run`'s result, and when the candidate passed, what was loaded: its ModelNew and the guard it was imported
+    under, for a caller that goes on with the candidate in this process (a benchmark's precheck: one import)."""
+    started, log, loaded = time.perf_counter(), io.StringIO(), None
     try:
         with _strict_torch():
-            passed, skipped, worst, eager_worst, worst_at = _verify(req, log)
+            module, loaded = _load(req)
+            passed, skipped, worst, eager_worst, worst_at = _verify(req, module, loaded, log)
         result = VerifyResult(candidate_id=req.candidate.id, problem_id=req.problem.id, status="ok",
                               message=f"{passed} trials passed, {skipped} skipped", device=req.device,
                               sizes=req.sizes, trials_passed=passed, trials_skipped=skipped, max_err_ratio=worst,
                               eager_err_ratio=eager_worst, worst_workload=worst_at)
     except CandidateFault as fault:
         log.write(traceback.format_exc())
-        result = failed(req, fault.kind, fault.message)  # type: ignore[arg-type]
+        result, loaded = failed(req, fault.kind, fault.message), None  # type: ignore[arg-type]
     result.blobs["verify_log"] = put_text(req.blob_dir, log.getvalue())
     result.duration_s = time.perf_counter() - started
-    return result
+    return result, loaded
+
+
+def run(req: VerifyRequest) -> VerifyResult:
+    return checked(req)[0]
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""A real `prefect server start` for tests: its own PREFECT_HOME, a free port on the loopback, analytics off; stopped
-with its whole process group."""
+"""A real `prefect server start` for tests: its own PREFECT_HOME, a free port on the loopback, analytics off; a server
+that does not start fails the test; stopped with its whole process group."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 
 def free_port() -> int:
@@ -39,7 +40,7 @@ def prefect_server(home: Path) -> Iterator[tuple[str, dict[str, str]]]:
                 if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
                     break
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-3000:]}")
+                pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-3000:]}")
             time.sleep(0.5)
         yield base, env
     finally:

@@ -60,6 +60,17 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
     assert " seed " in shown  # eager ranked among the candidates
 
 
+@pytest.mark.parametrize("strategy", ["mcts", "agents"])
+def test_optimize_flow_with_a_search_strategy(prefect_harness, tmp_path: Path, strategy: str):
+    from flows.optimize import main as optimize
+
+    summary = optimize(str(ROOT / "problems" / "09_silu.py"), budget=5, store=str(tmp_path), device="cpu",
+                       executor="inline", profile=False, strategy=strategy)
+    runs, cands = (pd.read_parquet(tmp_path / "tables" / t) for t in ("runs", "candidates"))
+    assert runs.status.iloc[-1] == "finished" and summary["stop_reason"] == "candidate budget of 5 spent"
+    assert len(cands) == 5 and set(cands.parent_id.dropna()) <= set(cands.id) and cands.parent_id.notna().any()
+
+
 def test_compile_is_cached_and_failures_are_rows(prefect_harness, tmp_path: Path):
     from prefect import flow
 

@@ -1,21 +1,18 @@
 """The agents strategy (flows/search/agents.py): the guard's verdicts, turns and rests, the shared memory, REVERT,
-the plateau's redraft, STOP, its state as JSON; unit tests on a stand-in run, one flow end to end."""
+the plateau's redraft, STOP, its state as JSON; unit tests on a stand-in run (end to end:
+tests/test_flow.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-import pandas as pd
 
 from flows.search import STRATEGIES
 from flows.search.agents import Agent, Agents, Board, guard, roster
 from flows.search.protocol import Expansion
 from stages.contracts import Candidate, Failure, FailureKind, Origin, Policy
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
 FOUR = ["fusion", "tiling_tensor_cores", "memory_layout", "library_configuration"]
 
 
@@ -128,13 +125,3 @@ def test_state_round_trips_through_json():
     restored = Agents.from_state(json.loads(json.dumps(agents.state())))
     assert restored.state() == agents.state() and restored.board.plateau == 3
     assert restored.select(run) == agents.select(run)
-
-
-def test_optimize_flow_with_agents(prefect_harness, tmp_path: Path):
-    from flows.optimize import main as optimize
-
-    summary = optimize(str(ROOT_DIR / "problems" / "09_silu.py"), budget=5, store=str(tmp_path), device="cpu",
-                       executor="inline", profile=False, strategy="agents")
-    runs, cands = (pd.read_parquet(tmp_path / "tables" / t) for t in ("runs", "candidates"))
-    assert runs.status.iloc[-1] == "finished" and summary["stop_reason"] == "candidate budget of 5 spent"
-    assert len(cands) == 5 and set(cands.parent_id.dropna()) <= set(cands.id) and cands.parent_id.notna().any()

@@ -107,6 +107,8 @@ def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
     reached = set(rungs.candidate_id[(rungs.rung == 2) & rungs.outcome.isin(["accepted", "passed"])])
     accepted = rungs[rungs.outcome == "accepted"]
     assert set(accepted.candidate_id) <= reached and summary["best_candidate_id"] == accepted.candidate_id.iloc[-1]
+    bench = pd.read_parquet(tmp_path / "tables" / "benchmarks")  # the rows the accepted candidates were accepted on
+    assert list(bench.candidate_id[bench.accepted.eq(True)]) == list(accepted.candidate_id)
     assert runs.best_candidate_id.iloc[-1] == summary["best_candidate_id"] and summary["winner"] in (
         summary["best_candidate_id"], "eager")  # the tables' winner follows the ladder's accepted candidates
     assert rungs[rungs.candidate_id == slow.id].outcome.tolist() == ["passed", "pruned"]  # never fully verified

@@ -1,21 +1,17 @@
 """The mcts strategy (flows/search/mcts.py): UCT, progressive widening, asymmetric branching, pruning, root
-re-expansion on stagnation, lessons and its state as JSON; unit tests on a stand-in run, one flow end to end."""
+re-expansion on stagnation, lessons and its state as JSON; unit tests on a stand-in run (end to end:
+tests/test_flow.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from flows.search import STRATEGIES
 from flows.search.mcts import LESSONS, ROOT, Mcts, Tree
 from flows.search.protocol import Expansion
 from stages.contracts import Candidate, Failure, FailureKind, Origin
-
-ROOT_DIR = Path(__file__).resolve().parent.parent
 
 
 class FakeRun:
@@ -148,13 +144,3 @@ def test_stops_when_everything_is_pruned_and_the_root_gives_nothing():
     for _ in range(2):  # two fresh proposals that gave no candidate (no update between selections)
         assert mcts.stop(run) is None and mcts.select(run) == Expansion()
     assert "every subtree is pruned" in (mcts.stop(run) or "")
-
-
-def test_optimize_flow_with_mcts(prefect_harness, tmp_path: Path):
-    from flows.optimize import main as optimize
-
-    summary = optimize(str(ROOT_DIR / "problems" / "09_silu.py"), budget=5, store=str(tmp_path), device="cpu",
-                       executor="inline", profile=False, strategy="mcts")
-    runs, cands = (pd.read_parquet(tmp_path / "tables" / t) for t in ("runs", "candidates"))
-    assert runs.status.iloc[-1] == "finished" and summary["stop_reason"] == "candidate budget of 5 spent"
-    assert len(cands) == 5 and set(cands.parent_id.dropna()) <= set(cands.id) and cands.parent_id.notna().any()

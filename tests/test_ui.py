@@ -4,13 +4,8 @@ the UI's JavaScript in headless Chromium."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -20,47 +15,18 @@ import pytest
 
 from artifacts.store import Store
 from tests.browser import browser, chromium, watch
+from tests.prefect_server import prefect_server
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_404 = {"/ico/undefined.svg"}  # Prefect 3.9.1's UI asks for an icon it names `undefined`; nothing of ours
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
     """(base URL, the environment that points a process at it)."""
     chromium()  # skip (or fail under CI) before spending a server start and a flow run
-    home = tmp_path_factory.mktemp("prefect-home")
-    base = f"http://127.0.0.1:{free_port()}"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": f"{base}/api",
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    log = (home / "server.log").open("wb")
-    port = urlparse(base).port
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
-                             str(port)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(httpx.HTTPError):  # not listening yet
-                if httpx.get(f"{base}/api/health", timeout=2).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield base, env
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # its own session: the server and anything it started
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+    with prefect_server(tmp_path_factory.mktemp("prefect-home")) as running:
+        yield running
 
 
 def test_the_ui_shows_the_run_and_its_leaderboard(server, tmp_path: Path):

@@ -5,13 +5,14 @@ from pathlib import Path
 from artifacts.leaderboard import leaderboard
 from artifacts.store import Store
 from artifacts.winner import winner
-from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
+from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, RungRecord, Timing
 
 PROV = Provenance(device="cuda", device_name="gpu", torch="2", python="3", hostname="h", code_version="c", tf32=False)
 
 
-def call(store: Store, candidate: str | None, times: dict[str, list[float]]) -> None:
-    """One benchmark call: `times` maps contender -> median per workload (w0, w1, ...)."""
+def call(store: Store, candidate: str | None, times: dict[str, list[float]], accepted: bool | None = None) -> None:
+    """One benchmark call: `times` maps contender -> median per workload (w0, w1, ...); `accepted` as a search
+    judged it (None: not judged)."""
     rows = [Timing(problem_id="p", candidate_id=candidate if who == "candidate" else None, contender=who,
                    benchmark_for=candidate or "baseline", workload=f"w{i}", median_us=t, ci_low_us=t, ci_high_us=t,
                    min_us=t, mean_us=t, n_reps=9, l2_flushed=True, input_sets=2, provenance=PROV)
@@ -28,7 +29,8 @@ def call(store: Store, candidate: str | None, times: dict[str, list[float]]) -> 
 
     store.append_benchmark("r", BenchmarkResult(candidate_id=candidate or "baseline", problem_id="p", status="ok",
                                                 device="cuda", sizes="gpu", timings=rows,
-                                                speedup_vs_eager=geo("eager"), speedup_vs_compile=geo("compile")))
+                                                speedup_vs_eager=geo("eager"), speedup_vs_compile=geo("compile"),
+                                                accepted=accepted))
 
 
 def test_a_candidate_wins_only_when_faster_than_every_baseline(tmp_path: Path):
@@ -70,3 +72,25 @@ def test_the_leaderboard_ranks_candidates_among_the_seeds(tmp_path: Path):
     board = leaderboard(store, "r")
     assert list(board.candidate_id) == ["compile", cand.id, "eager"]
     assert list(board.status) == ["baseline", "verified", "baseline"] and board.proposer.iloc[0] == "seed"
+
+
+def test_only_timings_the_strategy_accepted_compete(tmp_path: Path):
+    store = Store(tmp_path)
+    call(store, "first", {"candidate": [200], "eager": [400]}, accepted=True)
+    call(store, "close", {"candidate": [190], "eager": [400]}, accepted=False)  # within the noise: incumbent stays
+    won = winner(store, "r")
+    assert won is not None and won.id == "first" and won.speedup_vs_eager == 2.0
+    call(store, "close", {"candidate": [180], "eager": [400]}, accepted=True)  # its precise re-timing accepted it
+    won = winner(store, "r")
+    assert won is not None and won.id == "close"
+
+
+def test_a_store_from_before_the_flag_follows_the_ladders_rungs(tmp_path: Path):
+    store = Store(tmp_path)
+    call(store, "first", {"candidate": [200], "eager": [400]})
+    call(store, "close", {"candidate": [190], "eager": [400]})
+    store.append("rungs", "r", [RungRecord(candidate_id=c, problem_id="p", rung=2, outcome=o, reason="",
+                                           speedup_vs_eager=s, device_s=1.0)
+                                for c, o, s in (("first", "accepted", 2.0), ("close", "kept", 2.1))])
+    won = winner(store, "r")
+    assert won is not None and won.id == "first"

@@ -26,14 +26,15 @@ eager's; a geomean's over its workloads, which average out), with a floor of 0.0
 when their ratio exceeds exp(band).
 Each rung is a row of the rungs table (RungRecord: outcome, reason, speedup, device seconds); every verify and
 benchmark call is charged to run.gpu_s. evaluate returns a speedup only for a candidate it accepts, so the loop
-keeps (and profiles) exactly those; the tables' winner (artifacts/winner.py) follows the accepted ones too.
+keeps (and profiles) exactly those; the benchmark row it was accepted on says so (`accepted`, judged before the row is
+recorded), and the tables' winner (artifacts/winner.py) follows those rows.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from flows.run import Run, benchmark_step, compile_step, verify_and_time
 from flows.search.greedy import Greedy
@@ -42,8 +43,8 @@ from stages.contracts import BenchmarkResult, Candidate, RungRecord, Timing
 FLOOR = 0.03  # the narrowest noise band: clocks, placement and the interval's own error
 # Rung 1, on one shape: up to 20 repetitions, since below about 12 the order-statistic interval of a median spans
 # min..max (stages/timing.py), and one outlier (a cold first call) would set the band; 2 s per shape at most.
-CHEAP = dict(min_reps=5, max_reps=20, budget_s=2.0, baselines=["eager"])
-PRECISE = dict(min_reps=50, max_reps=1000, target_rel_ci=0.005, budget_s=30.0)  # rung 3, on every shape
+CHEAP: dict[str, Any] = dict(min_reps=5, max_reps=20, budget_s=2.0, baselines=["eager"])
+PRECISE: dict[str, Any] = dict(min_reps=50, max_reps=1000, target_rel_ci=0.005, budget_s=30.0)  # rung 3, on every shape
 
 Outcome = Literal["passed", "rejected", "pruned", "accepted", "kept"]
 
@@ -151,29 +152,35 @@ def cheap(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> bool:
                 less_s=checked_s)
 
 
+def verdict(timed: BenchmarkResult, incumbent: BenchmarkResult | None) -> tuple[Outcome, str]:
+    """Rung 2's decision on a timing with a speedup: accepted (the first incumbent, or faster than the incumbent
+    beyond the two calls' band), passed (faster within the band: a close call for rung 3) or kept."""
+    if incumbent is None:
+        return "accepted", "verified on every shape; the first incumbent"
+    clear, why = accept(timed, incumbent)
+    faster = (timed.speedup_vs_eager or 0.0) > (incumbent.speedup_vs_eager or 0.0)
+    return "accepted" if clear else "passed" if faster else "kept", f"verified on every shape; {why}"
+
+
 def standard(run: Run, candidate: Candidate, incumbent: BenchmarkResult | None) -> tuple[BenchmarkResult | None, bool]:
     """Rung 2: the flat evaluation. (timing, False) when accepted here: the first incumbent, or faster than the
     incumbent beyond the two calls' band; (timing, True) when faster within the band (a close call for rung 3);
     (None, False) when rejected or not faster (kept: the incumbent stays)."""
     since = run.gpu_s
-    timed = verify_and_time(run, candidate)
+    timed = verify_and_time(run, candidate, lambda t: t.speedup_vs_eager is not None and
+                            verdict(t, incumbent)[0] == "accepted")
     if timed is None or timed.speedup_vs_eager is None:
         note(run, candidate, 2, "rejected" if timed is None else "kept", since, failure(run, candidate))
         return None, False
-    s = timed.speedup_vs_eager
-    if incumbent is None:
-        note(run, candidate, 2, "accepted", since, "verified on every shape; the first incumbent", s)
-        return timed, False
-    clear, why = accept(timed, incumbent)
-    outcome: Outcome = "accepted" if clear else "passed" if s > (incumbent.speedup_vs_eager or 0.0) else "kept"
-    note(run, candidate, 2, outcome, since, f"verified on every shape; {why}", s)
+    outcome, why = verdict(timed, incumbent)
+    note(run, candidate, 2, outcome, since, why, timed.speedup_vs_eager)
     return (None, False) if outcome == "kept" else (timed, outcome == "passed")
 
 
 def precise(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> BenchmarkResult | None:
     """Rung 3: a tight re-timing beside the baselines; the timing when it beats the incumbent beyond the band."""
     since = run.gpu_s
-    timed = benchmark_step(run, candidate, **PRECISE)
+    timed = benchmark_step(run, candidate, lambda t: accept(t, incumbent)[0], **PRECISE)
     if timed.status != "ok":
         note(run, candidate, 3, "rejected", since, failure(run, candidate))
         return None

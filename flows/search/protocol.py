@@ -21,7 +21,7 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from flows.run import Run, propose
+from flows.run import Run, new_best, propose
 from stages.contracts import Candidate, Failure, GenerateRequest, SearchState
 from stages.errors import StopSearch
 from stages.proposers import REPAIRS
@@ -104,8 +104,7 @@ def spent(run: Run, budgets: Budgets, started: float) -> str | None:
         return f"wall-time budget of {budgets.wall_time_s:.0f} s spent"
     if budgets.gpu_s is not None and run.gpu_s >= budgets.gpu_s:
         return f"device-time budget of {budgets.gpu_s:.0f} s spent ({run.gpu_s:.0f} s)"
-    if budgets.target_sol is not None and run.best is not None and (
-            reached := run.sol_fractions.get(run.best[1].id)) is not None and reached >= budgets.target_sol:
+    if budgets.target_sol is not None and (reached := run.best_sol) is not None and reached >= budgets.target_sol:
         return f"target of {budgets.target_sol:.2f} of speed of light reached: the best is at {reached:.2f}"
     return run.llm.exhausted()
 
@@ -140,7 +139,7 @@ def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: C
           f"{candidate.origin.params}: " + (f"verified, {speedup:.3f}x eager" if speedup else
                                             "rejected or not kept (see leaderboard)"))
     if speedup and (run.best is None or speedup > run.best[0]):
-        run.best = (speedup, candidate)
+        new_best(run, candidate, speedup)
         profile_one(candidate)
     strategy.update(run, candidate, speedup)
     run.store.append("search_state", run.id, [SearchState(
