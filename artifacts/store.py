@@ -85,9 +85,9 @@ class Store:
             raise FileNotFoundError(f"blob {sha} is neither in {self.blob_dir} nor in {self.location}")
         return path.read_bytes()
 
-    def runs(self) -> pd.DataFrame:
-        """Latest row of every run."""
-        frame = self.read("runs")
+    def runs(self, run_id: str | None = None) -> pd.DataFrame:
+        """Latest row of every run, or of run `run_id` only (its partition alone is read)."""
+        frame = self.read("runs", run_id)
         if frame.empty:
             return frame
         return frame.sort_values("updated_at").groupby("run_id", observed=True).tail(1).reset_index(drop=True)

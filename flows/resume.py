@@ -83,12 +83,10 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
 def last_best(store: Store, problem: Problem, run_id: str | None = None) -> Candidate | None:
     """The best candidate of the latest finished run of this problem (same source), or of run `run_id` only (a
     campaign starts from its previous campaign's run); None when there is none."""
-    runs = store.runs()
+    runs = store.runs(run_id)  # a named run: its partition only (a campaign's warm start, once per problem)
     if runs.empty:
         return None
     finished = runs[(runs.problem_id == problem.id) & (runs.status == "finished") & runs.best_candidate_id.notna()]
-    if run_id is not None:
-        finished = finished[finished.run_id == run_id]
     for record in finished.sort_values("updated_at", ascending=False).to_dict("records"):
         problems = store.read("problems", record["run_id"])
         if problems.empty or problems.source_sha256.iloc[0] != problem.source_sha256:

@@ -1,0 +1,36 @@
+"""Load (issue 8, part 6), small: scripts/load_campaign.py runs a campaign of 3 synthetic problems x 4 candidates
+through the real flow (its own ephemeral Prefect server, the real store, stages inline) on top of 200 earlier runs
+already in the store. What is asserted cannot flake on a loaded machine: counts and what was read. Wall times and
+memory are the script's to measure (BENCHMARKS.md, "Load")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HISTORY = 200  # earlier runs in the store: 400 runs-table parts, so a whole-table scan shows up in the counts
+
+
+def test_a_campaign_records_every_candidate_once_and_reads_only_its_own_runs(tmp_path: Path):
+    out = tmp_path / "load.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # its own ephemeral server
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "load_campaign.py"), "--problems", "3",
+                           "--candidates", "4", "--reps", "3", "3", "--timing-budget-s", "1", "--history",
+                           str(HISTORY), "--workdir", str(tmp_path), "--out", str(out)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    checks = result["checks"]
+    assert checks["ok"] and not checks["issues"], checks
+    assert (checks["n_finished"], checks["n_runs"], checks["n_candidates_recorded"], checks["n_verified"]) == (3, 3, 12, 12)
+    assert len(result["candidates"]) == 12 and len({c["candidate_id"] for c in result["candidates"]}) == 12
+    runs = {p["entry"]: p for p in result["problems_measured"]}
+    for cand in result["candidates"]:  # evaluating a candidate reads at most its own run's parts, never the store
+        assert cand["parts_read"] <= runs[cand["problem_id"]]["parts_written_run"], cand
+        assert cand["parts_written"] == result["candidates"][0]["parts_written"], cand  # the same rows each time
+    for run in runs.values():  # a run's own reads (its end: winner, leaderboard) stay within its own partition
+        assert run["parts_read_run"] <= 3 * run["parts_written_run"] < 2 * HISTORY, run
