@@ -55,7 +55,6 @@ import importlib
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -74,17 +73,25 @@ TOLERANCE = 0.05  # |KernelBench-procedure median / kernelflow median - 1|
 KB_WARMUP, KB_TRIALS, KB_DISCARD = 3, 100, 1
 KB_FLUSH_BYTES = 32 * 1024 * 1024 * 8  # a 256 MiB int64 tensor, filled before every call
 CONTENDERS = ("candidate", "eager")
+COVER_DIAG_US = 300.0  # the `kb_covered` diagnostic's device spin after the flush (stages/timing.py COVER_US)
 FINAL = ("ok", "failed")  # what --skip-done skips; "timeout" and "error" (infrastructure) are tried again
 
 
 def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, warmup: int = KB_WARMUP,
                          trials: int = KB_TRIALS, discard_first: int = KB_DISCARD, no_grad: bool = False,
-                         flush_bytes: int = KB_FLUSH_BYTES) -> list[float]:
+                         flush_bytes: int = KB_FLUSH_BYTES, cover_us: float = 0.0) -> list[float]:
     """Per-call times in ms by KernelBench's cuda_event procedure (module doc); autograd stays on, as in its eval,
-    unless `no_grad`. On CPU (tests only): the same warm-ups, trials and discard, timed by perf_counter, no flush."""
+    unless `no_grad`. On CPU (tests only): the same warm-ups, trials and discard, timed by perf_counter, no flush.
+    `cover_us` > 0 is not KernelBench's procedure but a diagnostic: the device spins that long after the flush, as
+    kernelflow's timer does (stages/timing.py COVER_US), so the host's launch path is no longer timed."""
     import torch
 
     cuda = device == "cuda"
+    cover_cycles = 0
+    if cuda and cover_us > 0:
+        from stages.timing import _cycles_per_us
+
+        cover_cycles = int(cover_us * _cycles_per_us())
     times: list[float] = []
     with torch.set_grad_enabled(not no_grad):
         for _ in range(warmup):
@@ -100,6 +107,8 @@ def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, w
                 scratch = torch.empty(flush_bytes // 8, dtype=torch.int64, device=device)
                 scratch.fill_(42)
                 del scratch
+                if cover_cycles:
+                    torch.cuda._sleep(cover_cycles)
                 start.record()
                 fn(*args)
                 end.record()
@@ -112,6 +121,24 @@ def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, w
             if i >= discard_first:
                 times.append(ms)
     return times
+
+
+def host_launch_us(fn: Callable[..., Any], args: list[Any], device: str, calls: int = 20) -> float | None:
+    """Median host time of one call with the device kept busy (no synchronize between calls): how long the host
+    takes to issue the call's launches. A diagnostic for the procedures' difference; None off CUDA."""
+    if device != "cuda":
+        return None
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(1e8))  # a device spin (~50 ms), so every launch below only queues behind it
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn(*args)
+        samples.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
 
 
 def sm_clock_mhz(device: str) -> int | None:
@@ -214,6 +241,9 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
     record["export"] = {"package": package.name, "candidate_id": manifest["candidate"]["id"],
                         "model_new_sha256": manifest["files"]["model_new.py"], "custom_op": manifest["custom_op"]["name"],
                         "beats_baselines": manifest["beats_baselines"], "timed_class": pkg.ModelNew.__module__}
+    record["kernelflow_medians"] = {f"{t.workload}/{t.contender}": {"median_us": t.median_us, "ci_low_us": t.ci_low_us,
+                                                                     "ci_high_us": t.ci_high_us}
+                                    for t in timed.timings}  # every contender, torch.compile too (--with-compile)
     prov = next(t.provenance for t in timed.timings)
     record["provenance"] = prov.model_dump()
     record["device_name"] = prov.device_name
@@ -236,10 +266,17 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
             cell = compare(kf[(name, w.name)], kernelbench_stats(passes[1]))
             cell["kb_first_pass"] = kernelbench_stats(passes[0])
             cell["sm_clock_mhz"] = clocks  # before, between and after the passes (None where NVML is missing)
+            # diagnostics, not the check: the procedure with kernelflow's launch cover, and the host's launch cost
+            cell["kb_covered"] = kernelbench_stats(kernelbench_times_ms(fn, inputs, device, warmup=kb_warmup,
+                                                                        trials=kb_trials, no_grad=no_grad,
+                                                                        cover_us=COVER_DIAG_US))
+            cell["host_launch_us"] = host_launch_us(fn, inputs, device)
             record["workloads"].setdefault(w.name, {})[name] = cell
             log(f"{problem_id} {w.name} {name}: kernelflow median {cell['kf']['median_us']:.1f} us, KernelBench "
                 f"procedure median {cell['kb']['median_us']:.1f} us (mean {cell['kb']['mean_us']:.1f}), ratio "
-                f"{cell['ratio_median']:.3f} {'agrees' if cell['agree'] else 'DISAGREES'}")
+                f"{cell['ratio_median']:.3f} {'agrees' if cell['agree'] else 'DISAGREES'}; first pass "
+                f"{cell['kb_first_pass']['median_us']:.1f}, covered {cell['kb_covered']['median_us']:.1f}, host "
+                f"launch {cell['host_launch_us'] or 0:.1f} us, SM MHz {clocks}")
         del ref, new, inputs
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -253,9 +290,6 @@ def write(dest: Path, record: dict[str, Any]) -> None:
     tmp = dest.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
     tmp.replace(dest)
-    if os.environ.get("OUT"):  # a folder of its own there: bench_gpu.py's records have the same names
-        (out := Path(os.environ["OUT"]) / "agreement").mkdir(parents=True, exist_ok=True)
-        shutil.copy(dest, out / dest.name)
 
 
 def refuse_without_cuda() -> None:
