@@ -22,12 +22,14 @@ process sandbox's to stop (rlimits, network namespace, scrubbed environment), no
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
 import tempfile
 import threading
 import traceback
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -147,16 +149,37 @@ class Watch:
         finally:
             _current, sys.dont_write_bytecode = previous, bytecode
             os.environ = env  # noqa: B003
-            self.born |= _thread_ids() - running
+            self.born |= {t.ident for t in threading.enumerate() if t.ident is not None and t.ident not in running
+                          and not self.harness_started(t)}
+
+    def harness_started(self, thread: threading.Thread) -> bool:
+        """Whether a harness thread started this one (torch.compile's pool reader starts a timer thread when a late
+        compile result arrives, at any moment): the harness's, not the candidate's. A thread started any other way
+        than threading.Thread.start is not known here, so it counts as the candidate's."""
+        return _started_by.get(thread) in self.harness
 
 
 def _thread_ids() -> set[int]:
     return {t.ident for t in threading.enumerate() if t.ident is not None}
 
 
+_started_by: weakref.WeakKeyDictionary[threading.Thread, int | None] = weakref.WeakKeyDictionary()
+
+
+def _recording_starter(start: Any) -> Any:
+    """threading.Thread.start, noting which thread started each thread (Python raises no audit event for it)."""
+    @functools.wraps(start)
+    def recorded(self: threading.Thread) -> None:
+        _started_by[self] = threading.get_ident()
+        start(self)
+
+    return recorded
+
+
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     watch = _current
-    if watch is None or getattr(_busy, "on", False) or threading.get_ident() in watch.harness:
+    if watch is None or getattr(_busy, "on", False) or threading.get_ident() in watch.harness or \
+            watch.harness_started(threading.current_thread()):
         return  # the harness's other threads (a Prefect client, its log writer) go on as before
     _busy.on = True
     try:
@@ -214,6 +237,7 @@ def install() -> None:
     if _plain:
         return
     sys.addaudithook(_hook)
+    threading.Thread.start = _recording_starter(threading.Thread.start)  # type: ignore[method-assign]
     env: Any = os.environ
     _plain.append(env)
     _watched.append(_WatchedEnviron(env._data, env.encodekey, env.decodekey, env.encodevalue, env.decodevalue))

@@ -274,7 +274,8 @@ class Guard:
             why.append(("precision downgrade: " if precision else "") + "changed " + ", ".join(changed))
         if aten := sorted(_aten_impls() - self.aten):
             why.append(f"registered its own kernels for ATen operators ({', '.join(aten)}), which the reference runs")
-        if alive := [t for t in threading.enumerate() if t not in threads and t.is_alive() and not _idle(t)]:
+        if alive := [t for t in threading.enumerate() if t not in threads and t.is_alive() and not _idle(t)
+                     and not self.watch.harness_started(t)]:
             why.append(f"left {len(alive)} thread(s) running ({', '.join(t.name for t in alive)}) after it returned: "
                        "work done there is outside the timed region")
         return "; ".join(why) or None

@@ -307,3 +307,32 @@ def test_the_harness_own_threads_are_left_alone(tmp_path: Path):
         go.set()
         writer.join()
     assert (tmp_path / "harness.log").read_text() == "row"
+
+
+def test_a_thread_the_harness_starts_during_a_section_is_not_the_candidates(tmp_path: Path):
+    """torch.compile's pool reader (a harness thread, started before the section) starts a timer thread when a late
+    compile result arrives, at any moment, a timed call included (seen on the H200: a benchmark failed as a cheat
+    with "left 1 thread(s) running (subproc_worker_timer)"). Such a thread sleeps in library code; it is not work
+    the candidate hid. The same thread started by the candidate's code is still a cheat."""
+    guard, go, started = Guard(tmp_path / "work", ""), threading.Event(), threading.Event()
+    stop = threading.Event()
+
+    def timer() -> None:
+        while not stop.is_set():
+            time.sleep(0.01)  # what inductor's Timer.check does: no IDLE wait on its stack
+
+    def reader() -> None:  # the pool's reader: waits, then starts the timer
+        go.wait()
+        threading.Thread(target=timer, name="subproc_worker_timer", daemon=True).start()
+        started.set()
+
+    threading.Thread(target=reader, daemon=True).start()
+    with guard.section("a timed call", timed=True):
+        go.set()
+        assert started.wait(5)
+    with guard.section("the next call"):
+        pass
+    with pytest.raises(CandidateFault, match=r"left 1 thread\(s\) running \(mine\)"), \
+            guard.section("a call that starts the same thread itself"):
+        threading.Thread(target=timer, name="mine", daemon=True).start()
+    stop.set()
