@@ -97,8 +97,8 @@ class Watch:
         its size is the process limits' business."""
         if path == os.devnull:
             return True
-        if _inside(path, self.workdir) and STAGE_FILES.search(os.path.basename(path)):
-            return False
+        if os.path.dirname(path) == self.workdir and STAGE_FILES.search(os.path.basename(path)):
+            return False  # the stage's own request, result and log (stages/executor.py), not any *.log below
         if any(_inside(path, root) for root in self.allowed):
             return True
         if not _inside(path, self.temp):

@@ -246,6 +246,10 @@ def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path, 
     watch = Watch(tmp_path / "work")
     assert watch.may_write(str(tmp_path / "work" / "scratch.bin"))
     assert not watch.may_write(str(tmp_path / "work" / "verify.result.json"))  # the stage's own result
+    assert not watch.may_write(str(tmp_path / "work" / "verify.log"))
+    # but a log below it is the candidate's: Triton's ptxas log in the stage's temp dir (stages/sandbox.py puts it
+    # in the work dir; on the H200 every Triton candidate in a subprocess stage was called a cheat for it)
+    assert watch.may_write(str(tmp_path / "work" / "verify.tmp" / "tmp2h4s4x5j.log"))
     assert not watch.may_write(str(tmp_path / "elsewhere.txt"))
     assert not watch.may_write(str(Path.home() / ".bashrc"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the sandbox sets it (stages/sandbox.py)

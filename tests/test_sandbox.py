@@ -216,6 +216,24 @@ def test_a_verify_call_carries_its_sandbox_record(tmp_path: Path, monkeypatch, s
     assert probe["connect"] != "connected" or sandbox.probe().why_not is not None
 
 
+PTXAS_LOG = '''
+import tempfile as _tf
+with _tf.NamedTemporaryFile(mode="w", suffix=".log") as _log:  # what Triton does around ptxas, on a GPU
+    _log.write("ptxas info")
+'''
+
+
+def test_a_named_log_in_the_stage_temp_dir_is_the_candidates_to_write(tmp_path: Path):
+    """The stage's temp dir lies in its work dir, where the harness keeps `<stage>.log`: only that name is the
+    harness's. (On the H200 every Triton candidate in a subprocess stage was called a cheat for its ptxas log.)"""
+    source = (FIXTURES / "good.py").read_text() + PTXAS_LOG
+    candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
+    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+                            candidate=candidate, policy=TORCH_COMPUTE, timeout_s=120)
+    result = run_stage("verify", request, "subprocess")
+    assert result.status == "ok", result.message
+
+
 def test_a_candidate_cannot_lift_its_limits(tmp_path: Path):
     lift = ('import resource\ntry:\n    resource.setrlimit(resource.RLIMIT_CPU, (resource.RLIM_INFINITY,) * 2)\n'
             '    out["lift"] = "lifted"\nexcept (ValueError, OSError) as e:\n    out["lift"] = type(e).__name__\n')
