@@ -71,14 +71,19 @@ def test_render_shows_gpu_records_and_counts_agreement(agreement, tmp_path: Path
            "workloads": {"gpu0": {"candidate": cell(500.0, 510.0, agreement), "eager": cell(1200.0, 1190.0, agreement)},
                          "gpu1": {"candidate": cell(500.0, 540.0, agreement), "eager": cell(1200.0, 1205.0, agreement)}}}
     gpu.update(agree=False, eager_agree=True)
+    diagnosed = gpu["workloads"]["gpu1"]["candidate"]  # the diagnostics of the two-pass script, on one cell
+    diagnosed.update(kb_first_pass=agreement.kernelbench_stats([0.56] * 3), host_launch_us=80.4,
+                     kb_covered=agreement.kernelbench_stats([0.502] * 3), sm_clock_mhz=[1980, 1980, 1965])
     cpu = {**gpu, "problem": "17_elementwise_chain", "device": "cpu", "message": ""}
     broken = {"problem": "22_attention_bf16", "status": "error", "device": "cuda", "message": "RuntimeError: boom"}
     for r in (gpu, cpu, broken):
         (tmp_path / f"{r['problem']}.json").write_text(json.dumps(r))
     table = agreement.render(tmp_path)
-    assert "| 09_silu | gpu0 | 500.0 [499.0, 501.0] | 510.0 | 510 ± 0 | 1.020 | 1.020 | yes | 1200.0 | 1190.0 | 0.992 " \
-           "| yes |" in table
-    assert "|  | gpu1 | 500.0 [499.0, 501.0] | 540.0 | 540 ± 0 | 1.080 | 1.080 | **no** |" in table
+    assert "| 09_silu | gpu0 | 500.0 [499.0, 501.0] | 510.0 (510.0) | 1.020 | yes | — | — | — | — | 1200.0 | 1190.0 | " \
+           "0.992 | yes | — | — |" in table
+    assert "|  | gpu1 | 500.0 [499.0, 501.0] | 540.0 (540.0) | 1.080 | **no** | 560.0 (1.120) | 502.0 (1.004) | 80 | " \
+           "1980/1980/1965 | 1200.0 |" in table
+    assert "launch cover added to the procedure (a diagnostic): candidate within ±5% on 1 of 1 shapes." in table
     assert "| 17_elementwise_chain |" not in table and "17_elementwise_chain (ok, not timed on a GPU" in table
     assert "22_attention_bf16 (error: RuntimeError: boom)" in table
     assert "1 problems, 2 shapes on NVIDIA H200: the exported kernel agrees within ±5% (median against median) on 1 " \
@@ -110,3 +115,18 @@ def test_the_exported_package_is_what_is_timed_on_cpu_shapes(agreement, tmp_path
     (out / "09_silu.json").write_text(json.dumps(record, default=str))
     table = agreement.render(out)
     assert "| 09_silu |" not in table and "0 problems, 0 shapes" in table and "not timed on a GPU" in table
+
+
+def test_speedups_are_rendered_from_kernelflows_medians_with_the_sol_ceiling(agreement, tmp_path: Path):
+    medians = {f"{w}/{c}": {"median_us": us, "ci_low_us": us - 1, "ci_high_us": us + 1}
+               for w in ("gpu0", "gpu1") for c, us in (("eager", 1250.0), ("compile", 550.0), ("candidate", 500.0))}
+    record = {"problem": "09_silu", "status": "ok", "device": "cuda", "device_name": "NVIDIA H200",
+              "kernelflow_medians": medians}
+    (tmp_path / "09_silu.json").write_text(json.dumps(record))
+    (tmp_path / "10_matmul_bf16.json").write_text(json.dumps({**record, "problem": "10_matmul_bf16", "device": "cpu"}))
+    out = agreement.speedups(tmp_path)
+    assert "| 09_silu | single op | 2.50 | 1.10 | 2.27 | candidate | 1.10 |" in out and "10_matmul_bf16" not in out
+    row = next(line for line in out.splitlines() if line.startswith("| 09_silu | single op | 0."))
+    compile_fraction, candidate_fraction, ceiling = (float(x) for x in row.split("|")[3:6])
+    assert candidate_fraction > compile_fraction and abs(ceiling * compile_fraction - 1) < 0.01
+    assert "single ops: a kernel at the SOL floor on every shape would be" in out
