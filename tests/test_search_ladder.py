@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from flows.search.ladder import FLOOR, accept, band, prune
+from flows.search.ladder import FLOOR, accept, band, prune, verdict
 from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
 from stages.problem import load_problem
 
@@ -78,6 +78,66 @@ def test_noise_band_and_the_prune_and_accept_decisions():
                      ("candidate", "cpu1", 49.0, 0.004), ("eager", "cpu1", 100.0, 0.004))  # 2.04x: 2% better
     assert accept(faster, incumbent)[0] and not accept(marginal, incumbent)[0]
     assert "not above the noise band (x1.030)" in accept(marginal, incumbent)[1]
+
+
+def both(us: float, r: float) -> BenchmarkResult:
+    """A candidate at `us` on cpu0 and cpu1 against eager at 100 us, every interval of log half-width `r`."""
+    return timed(("candidate", "cpu0", us, r), ("eager", "cpu0", 100.0, r),
+                 ("candidate", "cpu1", us, r), ("eager", "cpu1", 100.0, r))
+
+
+def test_rung_2_promotes_only_a_close_call_that_a_precise_timing_can_decide():
+    """Within the 3% floor no narrower interval can clear the band (never narrower than the floor): kept at rung 2.
+    Beyond the floor but within a band widened by the intervals: promoted to rung 3."""
+    incumbent = both(50.0, 0.004)  # 2x eager
+    within = both(49.0, 0.004)  # x1.020: faster, within the floor (the H200's 1.302x against 1.276x)
+    noisy = both(48.0, 0.07)  # x1.042: beyond the floor, within a x1.073 band
+    clear = both(45.0, 0.004)  # x1.111: beyond the band
+    slower = both(51.0, 0.004)
+    assert verdict(within, incumbent)[0] == "kept" and \
+        "x1.020 is within the 3% floor: a precise timing cannot clear it" in verdict(within, incumbent)[1]
+    assert verdict(noisy, incumbent)[0] == "passed" and "not above the noise band (x1.073)" in \
+        verdict(noisy, incumbent)[1]
+    assert verdict(clear, incumbent)[0] == "accepted" and verdict(slower, incumbent)[0] == "kept"
+    assert "floor" not in verdict(slower, incumbent)[1] and verdict(within, None)[0] == "accepted"
+
+
+def test_a_close_call_within_the_floor_never_reaches_rung_3(monkeypatch):
+    """Ladder.evaluate on fake calls: rung 3's precise benchmark call only for the close call beyond the floor."""
+    from types import SimpleNamespace
+
+    from flows.search import ladder
+
+    incumbent, inc_candidate = both(50.0, 0.004), user(1)
+    at_rung_2 = {"within": both(49.0, 0.004), "noisy": both(48.0, 0.07)}
+    precise_calls: list[str] = []
+
+    def benchmark_step(run, candidate, accepted, **kw):
+        precise_calls.append(candidate.origin.proposer)
+        assert kw["target_rel_ci"] == 0.005  # the precise call
+        run.gpu_s += 9.5
+        return both(48.0, 0.002)  # x1.042 with a x1.030 band: accepted
+
+    def verify_and_time(run, candidate, accepted):
+        run.gpu_s += 15.0
+        return at_rung_2[candidate.origin.proposer]
+
+    monkeypatch.setattr(ladder, "cheap", lambda run, candidate, inc: True)
+    monkeypatch.setattr(ladder, "verify_and_time", verify_and_time)
+    monkeypatch.setattr(ladder, "benchmark_step", benchmark_step)
+    rows: list = []
+    run = SimpleNamespace(id="r", problem=SimpleNamespace(id="09_silu"), best=(2.0, inc_candidate), gpu_s=0.0,
+                          failures={}, store=SimpleNamespace(append=lambda table, run_id, new: rows.extend(new)))
+    strategy = ladder.Ladder()
+    strategy.timed[inc_candidate.id] = incumbent
+    for name in ("within", "noisy"):
+        candidate = Candidate.make("09_silu", "triton", KERNEL.replace("REPEAT", name), Origin(kind="user",
+                                   proposer=name), inc_candidate.id)
+        speedup = strategy.evaluate(run, candidate, lambda c: None)  # type: ignore[arg-type]
+        assert (speedup is None) == (name == "within")
+    assert len(precise_calls) == 1  # the noisy one only: 9.5 s saved on the one within the floor
+    assert [(r.rung, r.outcome) for r in rows] == [(2, "kept"), (2, "passed"), (3, "accepted")]
+    assert "cannot clear it" in rows[0].reason and rows[0].device_s == 15.0
 
 
 def user(kernel_launches: int, parent_id: str | None = None) -> Candidate:

@@ -14,11 +14,15 @@ Rung 1, cheap timing: every timed shape, 5 to 20 repetitions each (2 s at most p
   CUDA context, problem and candidate loading.)
 Rung 2, the flat evaluation after compile (flows/run.py's verify_and_time): verify on every shape, 5 trials, then
   the standard timing on every shape. Accepted here when there is no incumbent, or when it beats the incumbent
-  beyond the noise band of the two calls; no faster: kept (the incumbent stays); faster but within the band: a
-  close call, promoted.
+  beyond the noise band of the two calls; no faster, or faster by no more than the floor: kept (the incumbent
+  stays); faster beyond the floor but within the band: a close call, promoted.
 Rung 3, for close calls only: a second call with a tight interval (0.5%) and more repetitions, interleaved with
   the baselines; accepted only when faster than the incumbent by more than the noise band of the two calls.
-  (Re-timing every rung-2 winner cost 3x greedy's device seconds on a CPU run: the precise call dominated.)
+  A candidate within the floor is not promoted: the band is never narrower than the floor, so narrower intervals
+  cannot clear it, only a speed that moves by more than the gap. (Re-timing every rung-2 winner cost 3x greedy's
+  device seconds on a CPU run: the precise call dominated. On the H200 (01_softmax, budget 6), three candidates at
+  1.286-1.302x eager against the incumbent's 1.276x, x1.008-1.020 and so within the floor, took ~9.5 s each at
+  rung 3, 28.8 of the run's 120.9 device seconds, and all three were kept.)
 
 The noise band: the half-widths of the 95% intervals of the medians, in log space (so a noisy CPU interval wider
 than the median still gives a finite factor), combined in quadrature (a speedup's from its candidate's and
@@ -154,18 +158,28 @@ def cheap(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> bool:
 
 def verdict(timed: BenchmarkResult, incumbent: BenchmarkResult | None) -> tuple[Outcome, str]:
     """Rung 2's decision on a timing with a speedup: accepted (the first incumbent, or faster than the incumbent
-    beyond the two calls' band), passed (faster within the band: a close call for rung 3) or kept."""
+    beyond the two calls' band), passed (faster beyond the floor but within the band, which is wider than the floor
+    only through the intervals: a close call that rung 3's narrower intervals can decide) or kept (no faster, or
+    faster by no more than the floor, which no precise timing can clear)."""
     if incumbent is None:
         return "accepted", "verified on every shape; the first incumbent"
     clear, why = accept(timed, incumbent)
-    faster = (timed.speedup_vs_eager or 0.0) > (incumbent.speedup_vs_eager or 0.0)
-    return "accepted" if clear else "passed" if faster else "kept", f"verified on every shape; {why}"
+    s, s_inc = timed.speedup_vs_eager or 0.0, incumbent.speedup_vs_eager or 0.0
+    if clear:
+        return "accepted", f"verified on every shape; {why}"
+    if s > s_inc * math.exp(FLOOR):
+        return "passed", f"verified on every shape; {why}; beyond the {FLOOR:.0%} floor: rung 3 decides"
+    if s > s_inc:  # so s_inc > 0 here (were it 0, s > s_inc * exp(FLOOR) above)
+        return "kept", (f"verified on every shape; {why}; x{s / s_inc:.3f} is within the {FLOOR:.0%} floor: "
+                        "a precise timing cannot clear it")
+    return "kept", f"verified on every shape; {why}"
 
 
 def standard(run: Run, candidate: Candidate, incumbent: BenchmarkResult | None) -> tuple[BenchmarkResult | None, bool]:
     """Rung 2: the flat evaluation. (timing, False) when accepted here: the first incumbent, or faster than the
-    incumbent beyond the two calls' band; (timing, True) when faster within the band (a close call for rung 3);
-    (None, False) when rejected or not faster (kept: the incumbent stays)."""
+    incumbent beyond the two calls' band; (timing, True) when faster beyond the floor but within the band (a close
+    call for rung 3); (None, False) when rejected, not faster, or faster within the floor (kept: the incumbent
+    stays)."""
     since = run.gpu_s
     timed = verify_and_time(run, candidate, lambda t: t.speedup_vs_eager is not None and
                             verdict(t, incumbent)[0] == "accepted")
