@@ -167,10 +167,15 @@ _started_by: weakref.WeakKeyDictionary[threading.Thread, int | None] = weakref.W
 
 
 def _recording_starter(start: Any) -> Any:
-    """threading.Thread.start, noting which thread started each thread (Python raises no audit event for it)."""
+    """threading.Thread.start, noting which thread started each thread (Python raises no audit event for it), or
+    None when candidate code was on the starting thread's stack: a harness thread that was made to run the
+    candidate's code (a callback it was handed) starts the candidate's threads, not its own."""
     @functools.wraps(start)
     def recorded(self: threading.Thread) -> None:
-        _started_by[self] = threading.get_ident()
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and library_code(frame):
+            frame = frame.f_back
+        _started_by[self] = threading.get_ident() if frame is None else None
         start(self)
 
     return recorded

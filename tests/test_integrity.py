@@ -314,29 +314,35 @@ def test_the_harness_own_threads_are_left_alone(tmp_path: Path):
 
 
 def test_a_thread_the_harness_starts_during_a_section_is_not_the_candidates(tmp_path: Path):
-    """torch.compile's pool reader (a harness thread, started before the section) starts a timer thread when a late
-    compile result arrives, at any moment, a timed call included (seen on the H200: a benchmark failed as a cheat
-    with "left 1 thread(s) running (subproc_worker_timer)"). Such a thread sleeps in library code; it is not work
-    the candidate hid. The same thread started by the candidate's code is still a cheat."""
-    guard, go, started = Guard(tmp_path / "work", ""), threading.Event(), threading.Event()
-    stop = threading.Event()
+    """torch.compile's pool reader (a harness thread, started before the section) starts its quiesce timer thread
+    when a late compile result arrives, at any moment, a timed call included (seen on the H200: a benchmark failed as
+    a cheat with "left 1 thread(s) running (subproc_worker_timer)"). That thread sleeps in library code; it is not
+    work the candidate hid. The same thread started by the candidate's code is still a cheat, and so is one that a
+    harness thread starts while running a callback of the candidate's."""
+    from torch._inductor.compile_worker.timer import Timer as QuiesceTimer
 
-    def timer() -> None:
-        while not stop.is_set():
-            time.sleep(0.01)  # what inductor's Timer.check does: no IDLE wait on its stack
-
-    def reader() -> None:  # the pool's reader: waits, then starts the timer
-        go.wait()
-        threading.Thread(target=timer, name="subproc_worker_timer", daemon=True).start()
-        started.set()
-
-    threading.Thread(target=reader, daemon=True).start()
+    guard = Guard(tmp_path / "work", "")
+    quiesce = QuiesceTimer(600, lambda: None)  # its thread sleeps 300 s at a time: alive through the test
+    late_result = threading.Timer(0.2, quiesce.record_call)  # library code only on the starting thread's stack
+    late_result.start()
     with guard.section("a timed call", timed=True):
-        go.set()
-        assert started.wait(5)
+        late_result.join(5)
+    assert quiesce.background_thread is not None and quiesce.background_thread.is_alive()
     with guard.section("the next call"):
         pass
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.wait(0.01):
+            pass
+
     with pytest.raises(CandidateFault, match=r"left 1 thread\(s\) running \(mine\)"), \
-            guard.section("a call that starts the same thread itself"):
-        threading.Thread(target=timer, name="mine", daemon=True).start()
+            guard.section("a call that starts such a thread itself"):
+        threading.Thread(target=spin, name="mine", daemon=True).start()
+    handed = threading.Timer(0.2, lambda: threading.Thread(target=spin, name="via-harness", daemon=True).start())
+    handed.start()  # a harness thread that will run the candidate's callback
+    with pytest.raises(CandidateFault, match=r"running \(via-harness\)"), guard.section("a call"):
+        handed.join(5)
+        time.sleep(0.05)
     stop.set()
