@@ -1,9 +1,10 @@
 """The campaign flow: every problem of a suite (flows/suite.py) optimized once, the nightly unit of work.
 
 Per suite entry one optimize run (flows/dispatch.py: a subflow here, or a flow run of the optimize deployment on a
-GPU work queue), warm-started from the previous campaign's best candidate for that entry, which is thereby re-timed
-beside eager in the new run and checked for a slowdown beyond the noise (flows/regression.py). A failing entry (a
-broken problem file, a crashed run) is recorded as failed and the campaign goes on. Everything lands in the store
+GPU work queue), named here (its run id) so that its outcome is read back from its own partition of the store,
+warm-started from the previous campaign's best candidate for that entry, which is thereby re-timed beside eager in
+the new run and checked for a slowdown beyond the noise (flows/regression.py). A failing entry (a broken problem
+file, a crashed run) is recorded as failed and the campaign goes on. Everything lands in the store
 (campaigns and campaign_problems tables, artifacts/campaigns.py; the HTML report of the campaign's runs) and the
 Prefect UI gets a progress bar, the campaign leaderboard table, a markdown summary and a link to the report.
 
@@ -41,7 +42,9 @@ from artifacts.campaigns import (
 from artifacts.store import Store
 from flows.dispatch import Done, Job, deployments, local
 from flows.regression import check
+from flows.run import new_run_id
 from flows.suite import Entry, Suite, load_suite
+from stages.problem import problem_id
 from stages.provenance import code_version
 
 
@@ -101,9 +104,11 @@ def start(store: Store, suite: Suite) -> CampaignRecord:
 
 
 def plan(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tuple[Job, CampaignProblem]:
-    """The entry's optimize parameters, warm-started from its previous best, and its first campaign_problems row."""
+    """The entry's optimize parameters, warm-started from its previous best and naming the run it is to make
+    (`run_id`, so that `conclude` reads that run's partition alone), and its first campaign_problems row."""
     last = previous(store, suite.name, entry.name, campaign_id)
     parameters = {**suite.optimize_kwargs(entry), "store": store.location}
+    parameters["run_id"] = new_run_id(problem_id(parameters["problem_path"]))  # the id load_problem will give it
     if last is not None:
         parameters["warm_start_from"] = last.optimize_run_id
     row = CampaignProblem(campaign_id=campaign_id, entry=entry.name, problem_path=parameters["problem_path"],
@@ -115,8 +120,8 @@ def plan(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tuple[Jo
 
 
 def conclude(store: Store, suite: Suite, planned: CampaignProblem, ended: Done) -> CampaignProblem:
-    """The entry's final row: its run as the store recorded it (found by flow run id) and the regression check."""
-    run = recorded(store, ended.flow_run_id)
+    """The entry's final row: its run as the store recorded it (the run `plan` named) and the regression check."""
+    run = recorded(store, ended.job.parameters["run_id"])
     ok = ended.completed and run is not None and run["status"] == "finished"
     fields: dict = dict(status="finished" if ok else "failed", updated_at=_now(), prefect_flow_run_id=ended.flow_run_id,
                         work_queue=ended.work_queue,
@@ -136,13 +141,11 @@ def conclude(store: Store, suite: Suite, planned: CampaignProblem, ended: Done) 
     return final
 
 
-def recorded(store: Store, flow_run_id: str | None) -> dict | None:
-    """The latest runs row of the optimize run this flow run made (its present values), or None if it made none."""
-    runs = store.runs()
-    if runs.empty or flow_run_id is None:
-        return None
-    mine = runs[runs.prefect_flow_run_id == flow_run_id]
-    return None if mine.empty else {k: v for k, v in mine.iloc[-1].to_dict().items() if _present(v)}
+def recorded(store: Store, run_id: str) -> dict | None:
+    """The latest runs row of optimize run `run_id` (its present values), or None if the run never began. Its own
+    partition only: a whole-table read here grew with every run ever stored (BENCHMARKS.md, "Load")."""
+    runs = store.runs(run_id)
+    return None if runs.empty else {k: v for k, v in runs.iloc[-1].to_dict().items() if _present(v)}
 
 
 def close(store: Store, record: CampaignRecord, finished: list[CampaignProblem]) -> CampaignRecord:

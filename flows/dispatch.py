@@ -1,7 +1,8 @@
 """Where a campaign's optimize runs happen: here, as subflows one after another (one GPU, or the CPU), or as flow runs
 of the optimize deployment on the GPU work queues of a pool (infra/), at most one in flight per queue, the next
 problem going to whichever queue frees first. Either way each run ends as a `Done`: its flow run, and whether that
-flow run completed; what the run recorded is read from the store by its flow run id (flows/campaign.py).
+flow run completed; what the run recorded is read from the store by the run id the campaign gave it
+(flows/campaign.py).
 
 A queue named gpu-N or HOST-gpu-N is GPU N of the host whose worker polls it. On a docker pool each run gets that
 GPU alone as a device request (the `device_requests` variable of infra/work-pool.json); a worker of another type

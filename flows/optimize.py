@@ -21,7 +21,7 @@ from prefect.artifacts import create_table_artifact
 from artifacts.leaderboard import leaderboard, render
 from artifacts.store import Store
 from flows.resume import last_best, restore
-from flows.run import Run, baseline_only, evaluate, profile_baselines, profile_promoted
+from flows.run import Run, baseline_only, checked_run_id, evaluate, profile_baselines, profile_promoted
 from flows.search import STRATEGIES
 from flows.search.protocol import Budgets, search
 from stages import defaults
@@ -41,9 +41,19 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
              policy: dict | None = None, model: str | None = None, llm_max_tokens: int | None = None,
              llm_max_usd: float | None = None, strategy: str = "greedy", gpu_s_budget: float | None = None,
              resume: str | None = None, warm_start: bool = False, warm_start_from: str | None = None,
-             target_sol: float | None = None) -> dict:
+             target_sol: float | None = None, run_id: str | None = None) -> dict:
+    """One optimize run of the problem at `problem_path`; its summary (run id, best, winner, stop reason).
+
+    `resume`: continue that run from its artifacts (flows/resume.py). `run_id`: the id of the new run (a campaign
+    names its entries' runs up front, so it reads back that run's partition alone); if the store already has a run
+    of that id (Prefect running the same flow run again after a crash), it is resumed instead, so nothing is
+    recorded twice. Without either, the run gets a fresh id."""
     if strategy not in STRATEGIES:
         raise KernelflowError(f"unknown strategy {strategy!r}; known: {sorted(STRATEGIES)}")
+    if run_id is not None:
+        checked_run_id(run_id)
+        if resume is not None and resume != run_id:
+            raise KernelflowError(f"run_id {run_id!r} and resume {resume!r} name different runs; give one")
     problem = load_problem(problem_path)
     if policy:  # a campaign's policy overrides the problem's for every stage (Policy's fields, e.g. allow_tf32)
         problem = problem.model_copy(update={"policy": Policy(**{**problem.policy.model_dump(), **policy})})
@@ -57,8 +67,12 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     sizes = sizes or defaults.timed_sizes(problem, device)
     baselines = baselines if baselines is not None else defaults.baselines(device)
     profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
-    run = Run(problem, Store(store), device, sizes, budget, proposer, profiling, llm_max_tokens, llm_max_usd,
-              backend, seed, model, executor, baselines, stage_timeout_s, resume)
+    where = Store(store)
+    if run_id is not None and resume is None and begun(where, run_id):
+        print(f"run {run_id} is already in the store (this flow run ran before): resuming it")
+        resume = run_id
+    run = Run(problem, where, device, sizes, budget, proposer, profiling, llm_max_tokens, llm_max_usd,
+              backend, seed, model, executor, baselines, stage_timeout_s, resume, run_id)
     if target_sol is not None:  # the floors of the timed shapes on this GPU, or a clear refusal
         run.sol_floors = floors(problem, sizes, torch.cuda.get_device_name() if device == "cuda" else None)
     pending, saved = restore(run) if resume else ([], None)
@@ -96,6 +110,12 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
             "best_speedup_vs_eager": run.record.best_speedup_vs_eager, "stop_reason": run.record.stop_reason,
             "winner": run.record.winner, "winner_speedup_vs_eager": run.record.winner_speedup_vs_eager,
             "winner_note": run.record.winner_note}
+
+
+def begun(store: Store, run_id: str) -> bool:
+    """Whether run `run_id` wrote anything a new run would write again: its problem row (written first) or a runs
+    row. Its own partitions only."""
+    return any(not store.read(table, run_id).empty for table in ("problems", "runs"))
 
 
 def main(problem_path: str, **kwargs) -> dict:

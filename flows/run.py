@@ -7,6 +7,7 @@ wires them.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -39,7 +40,7 @@ from stages.contracts import (
     VerifyRequest,
     VerifyResult,
 )
-from stages.errors import StopSearch
+from stages.errors import KernelflowError, StopSearch
 from stages.executor import Mode
 from stages.llm.client import LLMBudget
 from stages.profiling_policy import ProfilingPolicy, should_profile, structure
@@ -48,10 +49,27 @@ from stages.refine import RefineRequest, evidence
 from stages.sol_target import fraction
 
 MAX_BARREN = 3  # proposals in a row without a usable candidate (LLM replies with no code) before stopping
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # a run id: a partition's and a work directory's name
 
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def new_run_id(problem_id: str) -> str:
+    """A fresh run id, `<UTC time>-<problem id>-<6 hex>`; characters of the problem id outside RUN_ID's become `_`.
+    The optimize flow makes one when it is given none; a campaign makes its entries' up front (flows/campaign.py)."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", problem_id)[:170]
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{safe}-{uuid.uuid4().hex[:6]}"
+
+
+def checked_run_id(run_id: str) -> str:
+    """`run_id` if it is safe as a directory name (RUN_ID: letters, digits, `.`, `_`, `-`, not first `.`, `_`, `-`;
+    at most 200), else a KernelflowError saying so."""
+    if not RUN_ID.fullmatch(run_id):
+        raise KernelflowError(f"run id {run_id!r} is not a safe name: letters, digits, '.', '_' and '-' only, starting "
+                              "with a letter or digit, at most 200 characters")
+    return run_id
 
 
 class Run:
@@ -60,8 +78,11 @@ class Run:
     def __init__(self, problem: Problem, store: Store, device: Device, sizes: SizeSet, budget: int, proposer: str,
                  profiling: ProfilingPolicy, llm_max_tokens: int | None = None, llm_max_usd: float | None = None,
                  backend: Backend | None = None, seed: int = 0, model: str | None = None, mode: Mode = "subprocess",
-                 baselines: list[Baseline] | None = None, timeout_s: float = 600.0, resume: str | None = None):
-        self.id = resume or f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}-{uuid.uuid4().hex[:6]}"
+                 baselines: list[Baseline] | None = None, timeout_s: float = 600.0, resume: str | None = None,
+                 run_id: str | None = None):
+        """`resume`: the id of a run in the store to continue (its problem row is not written again); else `run_id`,
+        the id of the new run (a campaign names its entries' runs up front), else a fresh one (new_run_id)."""
+        self.id = resume or run_id or new_run_id(problem.id)
         self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
         self.proposer, self.backend, self.seed, self.model = proposer, backend, seed, model
         self.mode, self.timeout_s = mode, timeout_s  # where stage calls run, and their deadline

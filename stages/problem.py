@@ -72,6 +72,11 @@ def _floating_dtype(path: str, inputs: list[Any]) -> str:
     return str(dtypes.pop()).removeprefix("torch.")
 
 
+def problem_id(path: str | Path) -> str:
+    """A problem file's id (load_problem's `Problem.id`): the stem of its resolved path; nothing is imported."""
+    return Path(path).resolve().stem
+
+
 def load_problem(path: str | Path) -> Problem:
     """Read and check a problem file; raises ProblemError saying exactly what is wrong."""
     path = Path(path).resolve()
@@ -95,7 +100,7 @@ def load_problem(path: str | Path) -> Problem:
     except Exception as e:
         raise ProblemError(where, f"TOLERANCE or POLICY is malformed: {e}") from e
     source = path.read_text()
-    return Problem(id=path.stem, path=where, source=source, source_sha256=sha256_text(source), dtype=dtype,
+    return Problem(id=problem_id(path), path=where, source=source, source_sha256=sha256_text(source), dtype=dtype,
                    gpu_workloads=gpu, cpu_workloads=cpu, tolerance=tolerance, policy=policy)
 
 

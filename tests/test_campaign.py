@@ -8,7 +8,9 @@ import contextlib
 import inspect
 import io
 import json
+import re
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -138,6 +140,7 @@ def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(pr
     assert set(rows.verdict) == {"not_checked"}  # nothing to compare with yet
     ids = run_ids(store, first["campaign_id"])
     assert ids == list(rows.optimize_run_id.dropna()) and resolve(store, campaign=first["campaign_id"]) == ids
+    assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", rows.optimize_run_id["09_silu"])  # named by `plan`
     assert set(store.runs().set_index("run_id").status[ids]) == {"finished"}
     record = campaigns(store).iloc[-1]
     assert (record.status, record.n_finished, record.n_failed) == ("finished", 2, 1)
@@ -178,6 +181,46 @@ def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(pr
     summary = artifacts(second.prefect_flow_run_id)["campaign-ci-smoke-summary"][0].data
     assert "## Slower than last time" in summary and "**09_silu**: SLOWER" in summary
 
+
+
+def record(store: Store, run_id: str, status: Literal["running", "finished", "failed"], when: str,
+           best: str | None = None) -> None:
+    store.append("runs", run_id, [RunRecord(problem_id="09_silu", status=status, started_at=when, updated_at=when,
+                                            device="cpu", sizes="cpu", budget_candidates=1, proposer="builtin",
+                                            best_candidate_id=best, code_version="c", prefect_flow_run_id="fr-1")])
+
+
+def test_an_entry_names_its_run_and_conclude_reads_that_runs_partition_alone(tmp_path: Path, monkeypatch):
+    """`plan` names each entry's optimize run (optimize's `run_id`); `conclude` reads that run's runs partition and
+    nothing else of the runs table, however many runs the store holds (a whole-table read grew with every night)."""
+    from flows.campaign import conclude, plan
+    from flows.dispatch import Done
+    from flows.optimize import optimize
+
+    suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
+    for i in range(5):  # earlier nights, one of them made by a flow run of the same id
+        record(store, f"20261101T020000-09_silu-{i:06x}", "finished", "2026-11-01T02:00:00+00:00", best="old")
+    (job, row), (job_broken, row_broken) = (plan(store, suite, "c1", entry) for entry in suite.problems[:2])
+    run_id = job.parameters["run_id"]
+    assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", run_id), run_id
+    assert re.fullmatch(r"\d{8}T\d{6}-import_error-[0-9a-f]{6}", job_broken.parameters["run_id"])
+    inspect.signature(optimize.fn).bind(**job.parameters)  # optimize takes what plan gives it
+    record(store, run_id, "running", "2026-12-01T02:00:00+00:00")
+    record(store, run_id, "finished", "2026-12-01T02:05:00+00:00", best="k1")
+    real, reads = Store.read, []
+
+    def counted(self: Store, table: str, run: str | None = None):
+        reads.append((table, run))
+        return real(self, table, run)
+
+    monkeypatch.setattr(Store, "read", counted)
+    final = conclude(store, suite, row, Done(job, "fr-1", True, ""))
+    assert (final.status, final.optimize_run_id, final.best_candidate_id) == ("finished", run_id, "k1")
+    assert reads == [("runs", run_id)]
+    reads.clear()  # a run that never began (its problem did not load): failed, with the flow run's message, no run
+    final = conclude(store, suite, row_broken, Done(job_broken, "fr-2", False, "ProblemError: does not import"))
+    assert (final.status, final.optimize_run_id, final.message) == ("failed", None, "ProblemError: does not import")
+    assert reads == [("runs", job_broken.parameters["run_id"])]
 
 
 def test_a_warm_start_from_a_named_run_seeds_that_runs_best(tmp_path: Path):

@@ -1,7 +1,8 @@
 """Load (issue 8, part 6), small: scripts/load_campaign.py runs a campaign of 3 synthetic problems x 4 candidates
 through the real flow (its own ephemeral Prefect server, the real store, stages inline) on top of 200 earlier runs
-already in the store. What is asserted cannot flake on a loaded machine: counts and what was read. Wall times and
-memory are the script's to measure (BENCHMARKS.md, "Load")."""
+already in the store. What is asserted cannot flake on a loaded machine: counts and what was read (a candidate, a
+run's end and the campaign's `conclude` of each entry stay within the entry's own run). Wall times and memory are
+the script's to measure (BENCHMARKS.md, "Load")."""
 
 from __future__ import annotations
 
@@ -34,3 +35,5 @@ def test_a_campaign_records_every_candidate_once_and_reads_only_its_own_runs(tmp
         assert cand["parts_written"] == result["candidates"][0]["parts_written"], cand  # the same rows each time
     for run in runs.values():  # a run's own reads (its end: winner, leaderboard) stay within its own partition
         assert run["parts_read_run"] <= 3 * run["parts_written_run"] < 2 * HISTORY, run
+    for run in runs.values():  # conclude reads the entry's own runs partition (its start and end rows), not the
+        assert 0 < run["parts_read_conclude"] <= 2, run  # whole table (2 * HISTORY parts and more before)

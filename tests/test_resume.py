@@ -4,6 +4,7 @@ warm start evaluates the last finished run's best first."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -53,3 +54,56 @@ def test_a_warm_start_evaluates_the_last_best_first(prefect_harness, tmp_path: P
                       warm_start=True, seed=7)
     cands = pd.read_parquet(tmp_path / "tables" / "candidates" / f"run_id={second['run_id']}")
     assert cands.id.iloc[0] == first["best_candidate_id"] and len(cands) == 2
+
+
+def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harness, tmp_path: Path,
+                                                                    monkeypatch) -> None:
+    """optimize(run_id=R) when the store already has run R (Prefect running the same flow run again after a crash,
+    with the same parameters) resumes R: one run, one problem row, no candidate recorded twice, the interrupted one
+    evaluated; once more after it finished, still one run and nothing evaluated again."""
+    import flows.optimize as flow
+    from flows.run import compile_step
+    from stages.errors import KernelflowError
+
+    run_id = "20261201T020000-09_silu-abc123"
+    real, calls = flow.evaluate, []
+
+    def dies_on_the_second(run, candidate):
+        calls.append(candidate.id)
+        if len(calls) == 2:
+            compile_step(run, candidate)
+            raise RuntimeError("killed")
+        return real(run, candidate)
+
+    monkeypatch.setattr(flow, "evaluate", dies_on_the_second)
+    args = dict(budget=3, store=str(tmp_path), device="cpu", executor="inline", profile=False, run_id=run_id)
+    with pytest.raises(RuntimeError, match="killed"):
+        flow.main(SILU, **args)
+    monkeypatch.setattr(flow, "evaluate", real)
+    store = Store(str(tmp_path))
+    assert list(store.runs().run_id) == [run_id] and store.runs().status.iloc[0] == "failed"
+    summary = flow.main(SILU, **args)  # the same parameters again
+    assert summary["run_id"] == run_id and summary["stop_reason"] == "candidate budget of 3 spent"
+    cands, checks = store.read("candidates", run_id), store.read("verifications", run_id)
+    assert list(store.runs().run_id) == [run_id] and store.runs().status.iloc[0] == "finished"
+    assert len(cands) == 3 and cands.id.is_unique and list(cands.id[:2]) == calls
+    assert calls[1] in set(checks.candidate_id) and len(store.read("problems", run_id)) == 1
+    n_checks = len(checks)
+    again = flow.main(SILU, **args)  # a finished run named again: resumed, its budget already spent
+    assert again["run_id"] == run_id and again["best_candidate_id"] == summary["best_candidate_id"]
+    assert len(store.read("candidates", run_id)) == 3 and len(store.read("verifications", run_id)) == n_checks
+    assert list(store.runs().run_id) == [run_id] and len(store.read("problems", run_id)) == 1
+    for bad in ("../elsewhere", "a/b", "", "-x", "x" * 201):  # ids become directory names
+        with pytest.raises(KernelflowError, match="not a safe name"):
+            flow.main(SILU, **{**args, "run_id": bad})
+    with pytest.raises(KernelflowError, match="name different runs"):
+        flow.main(SILU, **{**args, "resume": "some-other-run"})
+    assert list(store.runs().run_id) == [run_id]
+
+
+def test_a_fresh_run_id_is_a_safe_name_whatever_the_problems_file_is_called() -> None:
+    from flows.run import RUN_ID, checked_run_id, new_run_id
+
+    assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", new_run_id("09_silu"))
+    for stem in ("my problem (v2)", "ü", "x" * 300, "a=b"):
+        assert RUN_ID.fullmatch(new_run_id(stem)) and checked_run_id(new_run_id(stem))
