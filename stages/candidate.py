@@ -13,6 +13,7 @@ from stages.contracts import Backend, Candidate
 from stages.errors import CandidateFault
 from stages.problem import import_file
 
+CANDIDATE_MODULE_PREFIX = "kf_cand_"  # a candidate's file and module name: the prefix, then its id
 GPU_ONLY: tuple[Backend, ...] = ("cuda", "cute")  # C++ extensions: built by load_inline, run only on a GPU
 
 
@@ -26,7 +27,7 @@ def backend_of(source: str) -> Backend:
 
 def write_source(candidate: Candidate, workdir: str | Path) -> Path:
     """Triton needs a real file to read kernel source from; the name is unique per candidate."""
-    path = Path(workdir) / f"kf_cand_{candidate.id}.py"
+    path = Path(workdir) / f"{CANDIDATE_MODULE_PREFIX}{candidate.id}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(candidate.source)
     return path

@@ -63,10 +63,23 @@ def _describe_exit(code: int, sandbox: Plan) -> tuple[str, str]:
     return "crash", f"exited with status {code} without writing a result"
 
 
+def forget_candidates() -> None:
+    """Drop the candidate modules an inline stage imported (stages/candidate.py names them kf_cand_<id>): each stage
+    call imports its candidate afresh, and kept, they grew the flow process by ~57 kB per candidate (BENCHMARKS.md,
+    "Load"). Imported here: stages.candidate brings torch, which an inline stage has imported already."""
+    from stages.candidate import CANDIDATE_MODULE_PREFIX
+
+    for name in [n for n in sys.modules if n.startswith(CANDIDATE_MODULE_PREFIX)]:
+        del sys.modules[name]
+
+
 def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> StageResult:
     module = importlib.import_module(STAGES[name])
     if mode == "inline":
-        return module.run(request)
+        try:
+            return module.run(request)
+        finally:
+            forget_candidates()
     workdir = Path(request.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     req_path, res_path, log_path = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))

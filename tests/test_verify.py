@@ -1,5 +1,6 @@
 """Verify accepts a right candidate and rejects each adversarial fixture with the right reason."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,22 @@ def test_verify_restores_torch_settings_for_the_stages_after_it(tmp_path: Path):
     before = (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory)
     assert verify("good", tmp_path, "inline").status == "ok"
     assert (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory) == before
+
+
+def test_an_inline_stage_leaves_no_candidate_module_behind(tmp_path: Path, monkeypatch):
+    """Inline, the flow process would keep every candidate's module (BENCHMARKS.md, "Load": +57 kB per candidate);
+    each stage call imports its candidate afresh, so the module is dropped when the call returns, and freed."""
+    import gc
+    import weakref
+
+    from stages import candidate as candidate_module
+
+    imported: list[weakref.ref] = []
+    real = candidate_module.import_file
+    monkeypatch.setattr(candidate_module, "import_file",
+                        lambda path, name: imported.append(weakref.ref(m := real(path, name))) or m)
+    for name in ("good", "wrong"):
+        verify(name, tmp_path / name, "inline")
+        assert not [n for n in sys.modules if n.startswith(candidate_module.CANDIDATE_MODULE_PREFIX)]
+    gc.collect()
+    assert len(imported) >= 2 and all(ref() is None for ref in imported)
