@@ -63,14 +63,15 @@ def _describe_exit(code: int, sandbox: Plan) -> tuple[str, str]:
     return "crash", f"exited with status {code} without writing a result"
 
 
-def forget_candidates() -> None:
-    """Drop the candidate modules an inline stage imported (stages/candidate.py names them kf_cand_<id>): each stage
-    call imports its candidate afresh, and kept, they grew the flow process by ~57 kB per candidate (BENCHMARKS.md,
-    "Load"). Imported here: stages.candidate brings torch, which an inline stage has imported already."""
-    from stages.candidate import CANDIDATE_MODULE_PREFIX
+def forget_candidate(request: StageRequest) -> None:
+    """Drop the module of the request's candidate, which an inline stage imported (stages/candidate.py names it
+    kf_cand_<id>): each stage call imports its candidate afresh, and kept, they grew the flow process by ~57 kB per
+    candidate (BENCHMARKS.md, "Load"). Only this call's: another thread's inline stage may be importing its own.
+    (stages.candidate, imported here, brings torch, which the inline stage has imported already.)"""
+    if (candidate := getattr(request, "candidate", None)) is not None:
+        from stages.candidate import CANDIDATE_MODULE_PREFIX
 
-    for name in [n for n in sys.modules if n.startswith(CANDIDATE_MODULE_PREFIX)]:
-        del sys.modules[name]
+        sys.modules.pop(f"{CANDIDATE_MODULE_PREFIX}{candidate.id}", None)
 
 
 def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> StageResult:
@@ -79,7 +80,7 @@ def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> St
         try:
             return module.run(request)
         finally:
-            forget_candidates()
+            forget_candidate(request)
     workdir = Path(request.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     req_path, res_path, log_path = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
