@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import torch
 from prefect import runtime
+from prefect.futures import PrefectFuture, as_completed
+from prefect.task_runners import ThreadPoolTaskRunner
 
 from artifacts.blobs import get_bytes
 from artifacts.store import Store
@@ -33,6 +35,7 @@ from stages.contracts import (
     Device,
     Failure,
     GenerateRequest,
+    GenerateResult,
     Problem,
     ProfileRequest,
     RunRecord,
@@ -109,6 +112,7 @@ class Run:
         self.lessons: list[str] = []  # search memory: verified conclusions a strategy hands to the proposer
         self.promoted_structures: list[str] = []
         self.recorded: set[str] = set()  # candidate ids already in the candidates table (a resumed run's)
+        self.precompiled: dict[str, CompileResult] = {}  # compiled ahead by propose_round, not yet recorded
         if resume is None:
             store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
@@ -141,13 +145,18 @@ def evaluate(run: Run, candidate: Candidate) -> float | None:
     return timed.speedup_vs_eager if timed else None
 
 
+def compile_request(run: Run, candidate: Candidate) -> CompileRequest:
+    return CompileRequest(candidate=candidate, problem=run.problem,
+                          **run.request_fields(candidate, "compile", run.timeout_s))
+
+
 def compile_step(run: Run, candidate: Candidate) -> CompileResult:
-    """Record the candidate, compile it (off the device: not charged to run.gpu_s); a failure kept for a repair."""
+    """Record the candidate, compile it (off the device: not charged to run.gpu_s) unless a round compiled it ahead
+    (run.precompiled: then its result is recorded now); a failure kept for a repair."""
     if candidate.id not in run.recorded:
         run.store.append("candidates", run.id, [candidate])
         run.recorded.add(candidate.id)
-    compiled = compile_task(CompileRequest(candidate=candidate, problem=run.problem, **run.request_fields(
-        candidate, "compile", run.timeout_s)), run.mode)
+    compiled = run.precompiled.pop(candidate.id, None) or compile_task(compile_request(run, candidate), run.mode)
     run.store.append("compiles", run.id, [compiled])
     run.compiled[candidate.id] = compiled
     if compiled.status != "ok":
@@ -269,9 +278,19 @@ def propose(run: Run, req: GenerateRequest) -> list[Candidate]:
     """One proposal: its LLM calls recorded and charged to the run's budget; raises StopSearch when the proposer
     stops producing candidates."""
     proposed = generate_task(req)
+    charge(run, proposed)
+    return outcome(run, req, proposed)
+
+
+def charge(run: Run, proposed: GenerateResult) -> None:
+    """A proposal's LLM calls recorded and charged to the run's budget."""
     run.store.append("llm_calls", run.id, proposed.llm_calls)
     for call in proposed.llm_calls:
         run.llm.charge(call)
+
+
+def outcome(run: Run, req: GenerateRequest, proposed: GenerateResult) -> list[Candidate]:
+    """A charged proposal's candidates; raises StopSearch when the proposer stops producing candidates."""
     if proposed.candidates:
         run.barren = 0
         return proposed.candidates
@@ -280,3 +299,27 @@ def propose(run: Run, req: GenerateRequest) -> list[Candidate]:
         raise StopSearch(f"proposer {req.proposer!r} gave no candidate: {proposed.message}")
     print(f"proposal gave no candidate ({run.barren} in a row): {proposed.message}")
     return []
+
+
+def propose_round(run: Run, requests: list[GenerateRequest], workers: int | None = None) -> list[GenerateResult]:
+    """Several proposals at once: every request's generate call, and the compile of each new candidate as soon as
+    its proposal is back, run as Prefect tasks on a thread pool of `workers` threads (None: one per call), so the
+    proposer's calls (an LLM's) and the compile processes overlap. Returns the proposals in request order, charged
+    to nothing; the compiles wait in run.precompiled (by candidate id, each id compiled once) for compile_step to
+    record them when their candidate is evaluated. Only this (the flow's) thread touches the run; the tasks get
+    their requests, nothing else. A task that raises (an infrastructure fault past its retries) raises here."""
+    results: list[GenerateResult | None] = [None] * len(requests)
+    runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=workers or max(2 * len(requests), 1))
+    with runner:
+        generating: dict[PrefectFuture[GenerateResult], int] = {
+            runner.submit(generate_task, {"req": req}): i for i, req in enumerate(requests)}
+        compiling: dict[str, PrefectFuture[CompileResult]] = {}
+        for done in as_completed(list(generating)):
+            proposed = results[generating[done]] = done.result()
+            for candidate in proposed.candidates:
+                if candidate.id not in compiling:
+                    compiling[candidate.id] = runner.submit(
+                        compile_task, {"req": compile_request(run, candidate), "mode": run.mode})
+        for cid, future in compiling.items():
+            run.precompiled[cid] = future.result()
+    return [r for r in results if r is not None]

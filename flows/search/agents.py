@@ -21,8 +21,16 @@ ACCEPT (verified, faster than the global best) > STOP (every agent plateaued: no
 non-improving result in a row: its lineage restarts from the global best) > REJECT (failed) > KEEP (verified, not
 faster). When the whole search plateaus (`plateau` evaluations without global improvement) the next proposal is a
 redraft: parent None, a seed of its own (the builtin rotates to another untried family / variant), and a hint
-asking the LLM for another design, backend or layout. Not done: several proposals at once (concurrent generate
-calls) needs flows/run.py's propose to submit Prefect tasks and a thread-safe store; the loop proposes one at a time.
+asking the LLM for another design, backend or layout.
+Rounds (flows/search/protocol.py's round_): the agents propose in rounds, once around the roster. In the flow
+thread, every agent not resting gets its request built, one after another (parent, hint, memory, seed; no more
+requests than the candidate budget left, and the LLM budget left split evenly among them); then the round's
+generate calls and the compile of each candidate as soon as its proposal is back run at once, as Prefect tasks on
+a thread pool (flows/run.py's propose_round; compiles are processes of their own, so they truly overlap). Nothing
+else is concurrent: back in the flow thread, in agent order, each proposal's LLM calls are recorded and charged,
+and its candidates are recorded, verified and benchmarked one at a time (the GPU part), the guard and the memory
+told, the state saved, so the result does not depend on which call finished first. What a round cannot do: an agent
+does not see the results of the agents before it in the same round (a serial turn would).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from pydantic import Field
 
 from flows.run import Run
 from flows.search.mcts import lesson
-from flows.search.protocol import Expansion, repairable
+from flows.search.protocol import Expansion, Turn, repairable, request
 from stages.contracts import Candidate, Contract, Problem
 
 Verdict = Literal["REJECT", "KEEP", "ACCEPT", "REVERT", "STOP"]
@@ -126,10 +134,12 @@ class Agents:
     NAME: ClassVar[str] = "agents"
 
     def __init__(self, revert_after: int = 3, plateau: int = 4, skip_after: int = 2, rest_turns: int = 2,
-                 memory_size: int = 8, board: Board | None = None):
+                 memory_size: int = 8, board: Board | None = None, workers: int | None = None):
         self.board = board if board is not None else Board(
             revert_after=revert_after, plateau=plateau, skip_after=skip_after, rest_turns=rest_turns,
             memory_size=memory_size)
+        self.workers = workers  # a round's threads (flows/run.py's propose_round): None, one per call; 1, serial
+        self._redrafts: set[str] = set()  # agents whose turn in the planned round is a redraft
 
     def state(self) -> dict[str, Any]:
         return self.board.model_dump(mode="json")
@@ -139,19 +149,64 @@ class Agents:
         return cls(board=Board.model_validate(state))
 
     def select(self, run: Run) -> Expansion:
+        """One proposal (the one-at-a-time protocol; search uses plan)."""
         board = self._settle(run)
         agent = self._next()
         board.pending = agent.name
+        expansion, board.pending_redraft = self._expansion(run, agent)
+        return expansion
+
+    def plan(self, run: Run, limit: int) -> list[Turn]:
+        """A round: from the agent whose turn it is, once around the roster, a request for every agent not resting
+        (a resting agent passed over spends one turn of rest), at most `limit`; when all rest, the one whose turn it
+        is. Built here, in the flow thread, one after another: each request carries its agent's lessons, and its
+        seed is the one it would get if the earlier ones had each given one candidate."""
+        board, turns = self._settle(run), list[Turn]()
+        start, count = board.cursor % len(board.agents), len(board.agents)
+        for i in range(count):
+            if len(turns) >= max(limit, 1):
+                break
+            agent = board.agents[(start + i) % count]
+            board.cursor = (start + i + 1) % count
+            if agent.rest > 0:
+                agent.rest -= 1
+                continue
+            turns.append(self._turn(run, agent, len(turns)))
+        if not turns:
+            board.cursor = (start + 1) % count
+            turns.append(self._turn(run, board.agents[start], 0))
+        return turns
+
+    def begin(self, run: Run, turn: Turn) -> None:
+        """The turn's candidates are evaluated next: theirs is the agent's (a redraft's), its lessons the run's."""
+        self.board.pending, self.board.pending_redraft = turn.who, turn.who in self._redrafts
+        self._redrafts.discard(turn.who)
+        run.lessons = list(turn.request.lessons)
+
+    def end(self, run: Run, turn: Turn) -> None:
+        """A turn whose proposal gave no candidate counts as nothing verified (as a select with no update does)."""
+        self._settle(run)
+
+    def _turn(self, run: Run, agent: Agent, i: int) -> Turn:
+        expansion, redraft = self._expansion(run, agent)
+        if redraft:
+            self._redrafts.add(agent.name)
+        req = request(run, expansion)
+        return Turn(agent.name, req if expansion.seed is not None else req.model_copy(update={"seed": req.seed + i}))
+
+    def _expansion(self, run: Run, agent: Agent) -> tuple[Expansion, bool]:
+        """The agent's proposal (run.lessons set to its hint and the memory), and whether it is a redraft."""
+        board = self.board
         if board.stale >= board.plateau:  # the whole search plateaued: a fresh draft, a seed of its own
-            board.stale, board.redrafts, board.pending_redraft = 0, board.redrafts + 1, True
+            board.stale, board.redrafts = 0, board.redrafts + 1
             run.lessons = [f"{REDRAFT}. Leaderboard: {leaderboard(run)}", *board.memory]
-            return Expansion(seed=run.seed + len(run.tried) + REDRAFT_STRIDE * board.redrafts)
+            return Expansion(seed=run.seed + len(run.tried) + REDRAFT_STRIDE * board.redrafts), True
         run.lessons = [f"Focus ({agent.name}): {FOCUS[agent.name].hint}. Leaderboard: {leaderboard(run)}",
                        *board.memory]
         last = run.candidates.get(agent.last or "")
         if (failure := repairable(run, last)) is not None:
-            return Expansion(parent=last, failure=failure)
-        return Expansion(parent=self._parent(run, agent))
+            return Expansion(parent=last, failure=failure), False
+        return Expansion(parent=self._parent(run, agent)), False
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
         return flat(candidate)

@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import ClassVar, Protocol, cast
+from typing import ClassVar, Protocol, cast, runtime_checkable
 from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from flows.run import Run, new_best, propose
+from flows.run import Run, charge, new_best, outcome, propose, propose_round
 from stages.contracts import Candidate, Failure, GenerateRequest, SearchState
 from stages.errors import StopSearch
 from stages.proposers import REPAIRS
@@ -66,6 +66,27 @@ class Strategy(Protocol):
         rungs, not kept: pruned, or not faster than the incumbent beyond the noise); `flat` is the full evaluation
         (compile, verify on every shape, standard timing): a strategy that evaluates in rungs calls less."""
         ...
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One proposal of a round: who asks (the strategy's own name for it, e.g. an agent) and its request."""
+    who: str
+    request: GenerateRequest
+
+
+@runtime_checkable
+class Rounds(Strategy, Protocol):
+    """A strategy that proposes in rounds (flows/search/agents.py): `plan` builds a round's requests in the flow
+    thread, in a fixed order, at most `limit` of them; `begin` and `end` bracket the evaluation of one turn's
+    candidates, in that order. `workers`: the round's thread pool (None: one thread per call; 1: one at a time)."""
+    workers: int | None
+
+    def plan(self, run: Run, limit: int) -> list[Turn]: ...
+
+    def begin(self, run: Run, turn: Turn) -> None: ...
+
+    def end(self, run: Run, turn: Turn) -> None: ...
 
 
 def repair_depth(run: Run, candidate: Candidate) -> int:
@@ -120,11 +141,57 @@ def search(run: Run, strategy: Strategy, budgets: Budgets, evaluate_one: Callabl
     while True:
         if (why := spent(run, budgets, started) or strategy.stop(run)) is not None:
             raise StopSearch(why)
+        if isinstance(strategy, Rounds):
+            round_(run, strategy, budgets, started, evaluate_one, profile_one, progress)
+            continue
         for candidate in propose(run, request(run, strategy.select(run))):
             consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
             update_progress_artifact(progress, 100.0 * len(run.tried) / budgets.candidates)
             if len(run.tried) >= budgets.candidates:
                 break
+
+
+def shares(run: Run, requests: list[GenerateRequest]) -> list[GenerateRequest]:
+    """The run's LLM budget left, split evenly among a round's requests (tokens rounded up), so that the round's
+    concurrent calls, each stopping once its own share is spent, pass the budget by at most one call each."""
+    k, tokens, usd = len(requests), run.llm.tokens_left(), run.llm.usd_left()
+    return [req.model_copy(update=dict(llm_tokens_left=None if tokens is None else -(-tokens // k),
+                                       llm_usd_left=None if usd is None else usd / k)) for req in requests]
+
+
+def round_(run: Run, strategy: Rounds, budgets: Budgets, started: float,
+           evaluate_one: Callable[[Candidate], float | None], profile_one: Callable[[Candidate], None],
+           progress: UUID) -> None:
+    """One round of a Rounds strategy: its requests planned (no more than the candidate budget left), proposed and
+    compiled at once (propose_round), then, in the plan's order, each proposal charged, and its candidates
+    evaluated one at a time, told to the strategy and saved, exactly as the one-at-a-time loop would: the result
+    does not depend on which call finished first. Before every turn but the first the budgets and the strategy's
+    stop are checked again; a stop there leaves the round's later proposals unevaluated (their LLM calls are
+    recorded and charged; their compiles, done, are not recorded). A candidate proposed twice in a round is
+    evaluated once, for the first turn that proposed it."""
+    turns = strategy.plan(run, budgets.candidates - len(run.tried))
+    requests = shares(run, [turn.request for turn in turns])
+    try:
+        proposals = propose_round(run, requests, strategy.workers)
+        for proposed in proposals:
+            charge(run, proposed)
+        seen: set[str] = set()
+        for i, (turn, req, proposed) in enumerate(zip(turns, requests, proposals, strict=True)):
+            if i and (why := spent(run, budgets, started) or strategy.stop(run)) is not None:
+                raise StopSearch(why)
+            strategy.begin(run, turn)
+            for candidate in outcome(run, req, proposed):
+                if candidate.id in seen:
+                    print(f"{turn.who}: {candidate.id} was proposed earlier this round; evaluated once")
+                    continue
+                seen.add(candidate.id)
+                consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
+                update_progress_artifact(progress, 100.0 * len(run.tried) / budgets.candidates)
+                if len(run.tried) >= budgets.candidates:
+                    break
+            strategy.end(run, turn)
+    finally:
+        run.precompiled.clear()  # a stopped round's compiles: never recorded
 
 
 def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: Callable[[Candidate], float | None],

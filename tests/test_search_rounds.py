@@ -1,0 +1,174 @@
+"""The agents strategy's rounds (flows/search/protocol.py round_, flows/run.py propose_round): a round's generate
+and compile calls overlap, its evaluations run one at a time in agent order with the same results as a serial
+round, and no round proposes past the candidate budget. A real Run and store under Prefect's test harness; the
+proposer, the compile task and the evaluation are stand-ins that sleep and record when they ran."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+import flows.run
+from artifacts.store import Store
+from flows.run import Run, compile_step
+from flows.search.agents import Agents
+from flows.search.protocol import Budgets, search
+from stages.backends import result
+from stages.contracts import Candidate, CompileRequest, CompileResult, GenerateRequest, GenerateResult, Origin
+from stages.errors import StopSearch
+from stages.problem import load_problem
+from stages.profiling_policy import ProfilingPolicy
+from stages.proposers import PROPOSERS
+
+SILU = Path(__file__).resolve().parent.parent / "problems" / "09_silu.py"
+
+
+class Recorder:
+    """What the stand-ins saw: (what, start, end) per call, the requests, the evaluation order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reset(0.0)
+
+    def reset(self, delay: float | list[float], compile_delay: float = 0.05) -> None:
+        """Forget what was seen; each generate call sleeps `delay`, or the next of the list's delays; each compile
+        `compile_delay`."""
+        self.compile_delay = compile_delay
+        self.delays = list(delay) if isinstance(delay, list) else None
+        self.delay = delay if isinstance(delay, float) else 0.0
+        self.generates: list[tuple[str, float, float]] = []
+        self.compiles: list[tuple[str, float, float]] = []
+        self.requests: list[GenerateRequest] = []
+        self.evaluated: list[str] = []
+
+    def propose(self, req: GenerateRequest) -> GenerateResult:
+        """One candidate per request, named by its agent's focus and its seed (so a serial and a parallel round
+        propose the same ids); every fifth one does not compile."""
+        with self.lock:
+            delay = self.delays.pop(0) if self.delays else self.delay
+            self.requests.append(req)
+        start = time.monotonic()
+        time.sleep(delay)
+        who = req.lessons[0].split(":")[0] if req.lessons else "-"
+        source = f"# {who} seed {req.seed}\n"
+        cand = Candidate.make(req.problem.id, "triton", source, Origin(kind="user", proposer="slow",
+                                                                      params={"who": who, "seed": req.seed}))
+        with self.lock:
+            self.generates.append((cand.id, start, time.monotonic()))
+        return GenerateResult(problem_id=req.problem.id, proposer="slow", candidates=[cand], message=who)
+
+
+def speedup_of(candidate: Candidate) -> float | None:
+    """A deterministic verdict: every fifth candidate (by id) is rejected, the others 0.5x..2.5x."""
+    value = int(candidate.id[-6:], 16)
+    return None if value % 5 == 0 else 0.5 + (value % 200) / 100
+
+
+@pytest.fixture
+def recorder(monkeypatch) -> Recorder:
+    rec = Recorder()
+    monkeypatch.setitem(PROPOSERS, "slow", lambda req: rec.propose(req))
+
+    @task(name="compile", cache_policy=NO_CACHE)
+    def fake_compile(req: CompileRequest, mode: str) -> CompileResult:
+        start = time.monotonic()
+        time.sleep(rec.compile_delay)
+        failed = int(req.candidate.id[-6:], 16) % 5 == 0
+        with rec.lock:
+            rec.compiles.append((req.candidate.id, start, time.monotonic()))
+        return result(req, status="failed" if failed else "ok", failure_kind="compile_error" if failed else None)
+
+    monkeypatch.setattr(flows.run, "compile_task", fake_compile)
+    return rec
+
+
+def searched(tmp_path: Path, rec: Recorder, budget: int, workers: int | None = None,
+             llm_max_tokens: int | None = None) -> tuple[Run, Agents, str]:
+    """An agents search on 09_silu with the stand-ins, in a flow; (the run, the strategy, the stop reason)."""
+
+    @flow(name="rounds")
+    def rounds() -> tuple[Run, Agents, str]:
+        run = Run(load_problem(SILU), Store(tmp_path), "cpu", "cpu", budget, "slow", ProfilingPolicy(enabled=False),
+                  llm_max_tokens=llm_max_tokens)
+
+        def evaluate(candidate: Candidate) -> float | None:
+            rec.evaluated.append(candidate.id)
+            if compile_step(run, candidate).status != "ok":  # the round compiled it ahead: recorded now
+                return None
+            speedup = speedup_of(candidate)
+            if speedup is not None:
+                run.speedups[candidate.id] = speedup
+            return speedup
+
+        agents = Agents(workers=workers)
+        try:
+            search(run, agents, Budgets(budget, 3600.0), evaluate, lambda c: None)
+        except StopSearch as stop:
+            return run, agents, stop.reason
+        raise AssertionError("search returned without a stop reason")
+
+    return rounds()
+
+
+def overlap(intervals: list[tuple[str, float, float]]) -> bool:
+    """Whether all the intervals run at one moment: the last start before the first end."""
+    return max(s for _, s, _ in intervals) < min(e for _, _, e in intervals)
+
+
+def test_a_round_generates_and_compiles_at_once(prefect_harness, tmp_path: Path, recorder: Recorder):
+    recorder.reset(1.0, 0.5)
+    run, _, reason = searched(tmp_path, recorder, budget=3)
+    assert reason == "candidate budget of 3 spent" and len(recorder.generates) == 3
+    assert overlap(recorder.generates), recorder.generates  # 3 s of generate calls, all running at one moment
+    assert overlap(recorder.compiles) and len(recorder.compiles) == 3
+    assert recorder.evaluated == run.tried and len(Store(tmp_path).read("compiles", run.id)) == 3
+    assert not run.precompiled  # every compile ahead was recorded by its evaluation
+
+
+def test_one_worker_proposes_one_at_a_time(prefect_harness, tmp_path: Path, recorder: Recorder):
+    recorder.reset(0.2)
+    searched(tmp_path, recorder, budget=3, workers=1)
+    spans = sorted(recorder.generates + recorder.compiles, key=lambda r: r[1])
+    assert all(a[2] <= b[1] for a, b in zip(spans, spans[1:], strict=False))  # no two calls at once
+
+
+def test_rounds_evaluate_in_agent_order_whatever_finishes_first(prefect_harness, tmp_path: Path,
+                                                                  recorder: Recorder):
+    """The same search with one worker and with a thread per call, the calls' delays shuffled: the same candidates
+    evaluated in the same order, the same verdicts, memory and saved state."""
+    runs = []
+    for name, workers in (("serial", 1), ("parallel", None)):
+        shuffle = random.Random(7)
+        recorder.reset([shuffle.uniform(0.0, 0.3) for _ in range(40)] if workers is None else 0.0)
+        run, agents, reason = searched(tmp_path / name, recorder, budget=11, workers=workers)
+        table = Store(tmp_path / name).read("candidates", run.id)
+        runs.append((list(recorder.evaluated), run.tried, list(table.id), run.speedups, agents.board.verdicts,
+                     agents.board.memory, agents.state(), reason))
+    assert runs[0] == runs[1]
+    evaluated, _, _, speedups, verdicts, *_ = runs[0]
+    assert len(evaluated) == 11 and any(v.endswith("REJECT") for v in verdicts) and speedups
+    whose = [v.split()[1] for v in verdicts]  # agent order, round after round: fusion first in every full round
+    assert whose[:4] == ["fusion", "tiling_tensor_cores", "memory_layout", "library_configuration"]
+
+
+def test_no_round_proposes_past_the_candidate_budget_and_the_llm_budget_is_shared(
+        prefect_harness, tmp_path: Path, recorder: Recorder):
+    run, agents, reason = searched(tmp_path, recorder, budget=6, llm_max_tokens=1000)
+    assert reason == "candidate budget of 6 spent"
+    assert len(recorder.requests) == len(run.tried) == 6  # 4 agents: a round of 4, then a round of 2 (not 4)
+    store = Store(tmp_path)
+    assert len(store.read("candidates", run.id)) == 6
+    saved = store.read("search_state", run.id)  # saved after every evaluation, as one at a time: a resume's state
+    assert list(saved.n_tried) == [1, 2, 3, 4, 5, 6] and set(saved.strategy) == {"agents"}
+    resumed = Agents.from_state(json.loads(saved.state_json.iloc[-1]))
+    assert resumed.state() == agents.state() and len(resumed.plan(run, 9)) >= 1
+    assert [r.llm_tokens_left for r in recorder.requests] == [250] * 4 + [500] * 2  # 1000 split per round
+    seeds = [r.seed for r in recorder.requests]  # in the order the calls started
+    assert sorted(seeds[:4]) == [0, 1, 2, 3] and sorted(seeds[4:]) == [4, 5]  # as if each earlier turn's had been tried
