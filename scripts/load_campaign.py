@@ -148,22 +148,6 @@ def _size_mb(path: Path) -> float:
     return path.stat().st_size / 2**20 if path.exists() else 0.0
 
 
-def _descendants(pid: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    out, todo = [], [pid]
-    while todo:
-        kids = parents.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
-
-
 class Meter:
     """Counters the flow's code paths feed (installed by `instrument`), and a thread that samples memory."""
 
@@ -183,7 +167,9 @@ class Meter:
         return time.monotonic() - self.t0
 
     def sample(self) -> dict:
-        kids = _descendants(os.getpid())
+        from stages.sandbox import descendants
+
+        kids = descendants(os.getpid())
         row = dict(t_s=round(self.now(), 2), rss_kb=_status_kb("self", "VmRSS"), hwm_kb=_status_kb("self", "VmHWM"),
                    children_rss_kb=sum(_status_kb(k, "VmRSS") for k in kids), n_children=len(kids),
                    candidates=len(self.candidates), prefect_db_mb=round(_size_mb(prefect_db()), 2))

@@ -203,6 +203,24 @@ def _user_tasks(uid: int) -> int:
     return count
 
 
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from /proc (stage processes in sessions of their own included): what a test of a
+    killed flow, or a load run's memory meter, looks for."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue  # it ended meanwhile
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
 def _inductor_cache() -> str:
     """torch.compile's cache directory as torch computes it by default (in the temp dir, named after the user)."""
     return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser()))

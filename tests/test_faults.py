@@ -36,6 +36,7 @@ from stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin,
 from stages.llm import client
 from stages.llm.client import LLMError, LLMSettings, complete
 from stages.problem import load_problem
+from stages.sandbox import descendants
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.prefect_server import prefect_server
 from tests.test_s3_store import candidate as s3_candidate
@@ -56,22 +57,6 @@ def blob_text(store: Store, sha: str) -> str:
 
 
 # ---- (a) the flow process SIGKILLed mid-run ----------------------------------------------------------------------
-
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid` (from /proc), stage processes in sessions of their own included."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
 
 def finished(store: Store, run_id: str) -> set[str]:
     """Candidates whose evaluation ended: timed, or rejected at compile or verify (flows/resume.py's "done")."""
