@@ -78,6 +78,16 @@ def _set_cudnn(enabled: bool, benchmark: bool, deterministic: bool) -> None:
     _cudnn.enabled, _cudnn.benchmark, _cudnn.deterministic = enabled, benchmark, deterministic
 
 
+def deterministic(mode: bool, warn_only: bool = False) -> None:
+    """torch.use_deterministic_algorithms without its `import torch._inductor.config`, which loads dynamo: 4.2 s of
+    every verify call's 6.6 on the H200's host, 1.8 s on a CPU (BENCHMARKS.md, "Stage process overhead").
+    Inductor's own flag is set too when inductor is loaded already; code that loads it later compiles with its
+    default, and a verification still catches what that changes (a second call disagreeing is `nondeterministic`)."""
+    if (config := sys.modules.get("torch._inductor.config")) is not None:
+        config.deterministic = mode  # type: ignore[attr-defined]
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+
+
 # name -> (read it, put a value back); precision first, in PRECISION's order
 SETTINGS: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]] = {
     PRECISION[0]: (lambda: _matmul.allow_tf32, lambda v: setattr(_matmul, "allow_tf32", v)),
@@ -90,7 +100,7 @@ SETTINGS: dict[str, tuple[Callable[[], Any], Callable[[Any], Any]]] = {
     PRECISION[5]: (lambda: os.environ.get("TRITON_F32_DEFAULT"), lambda v: _env("TRITON_F32_DEFAULT", v)),
     "deterministic algorithms": (lambda: (torch.are_deterministic_algorithms_enabled(),
                                           torch.is_deterministic_algorithms_warn_only_enabled()),
-                                 lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+                                 lambda v: deterministic(*v)),
     "NaN-filled allocations": (lambda: torch.utils.deterministic.fill_uninitialized_memory,  # type: ignore[attr-defined]
                                lambda v: setattr(torch.utils.deterministic, "fill_uninitialized_memory", v)),
     "cudnn": (lambda: (_cudnn.enabled, _cudnn.benchmark, _cudnn.deterministic), lambda v: _set_cudnn(*v)),

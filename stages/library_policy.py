@@ -18,6 +18,7 @@ runs outside the census, so a candidate may prepare its weights there with any o
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -76,7 +77,19 @@ class Census(TorchDispatchMode):
         self.counts: Counter[str] = Counter()
         self.casts: Counter[tuple[torch.dtype, torch.dtype]] = Counter()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # __torch_dispatch__ keeps dynamo out itself, without torch's wrapper (which imports dynamo)
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        """`count`, kept out of dynamo's tracing once dynamo is loaded, as torch's wrapper does for every mode. Not
+        before: that wrapper imports dynamo on its first call, 1.7 s of a verify on a CPU and the most of ~4 s on the
+        H200's host, in every stage process; a process that never loaded dynamo runs no compiled frame."""
+        if "torch._dynamo" in sys.modules:
+            return _outside_dynamo(self, func, args, kwargs)
+        return self.count(func, args, kwargs)
+
+    def count(self, func: Any, args: Any, kwargs: Any) -> Any:
         name = op_name(func)
         self.counts[name] += 1
         out = func(*args, **(kwargs or {}))
@@ -86,6 +99,9 @@ class Census(TorchDispatchMode):
                     src.is_floating_point() and dst.is_floating_point():
                 self.casts[(src.dtype, dst.dtype)] += 1
         return out
+
+
+_outside_dynamo = torch._disable_dynamo(Census.count, recursive=True)
 
 
 def downcasts(casts: Mapping[tuple[torch.dtype, torch.dtype], int], dtype: str) -> str | None:

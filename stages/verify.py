@@ -42,7 +42,7 @@ from stages.errors import CandidateFault
 from stages.held_out import held_out
 from stages.inputs import DISTRIBUTIONS, clone, draw, trial_seed, upcast
 from stages.instantiate import build, guarded, set_precision
-from stages.integrity import Guard
+from stages.integrity import Guard, deterministic
 from stages.library_policy import Census, downcasts, listing, op_class, violation
 from stages.problem import import_problem
 
@@ -244,12 +244,12 @@ def _strict_torch() -> Iterator[None]:
     afterwards (an inline verify must not slow or change the benchmarks that follow in the same process)."""
     det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     fill = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    deterministic(True, warn_only=True)
     torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(det, warn_only=warn)
+        deterministic(det, warn_only=warn)
         torch.utils.deterministic.fill_uninitialized_memory = fill  # type: ignore[attr-defined]
 
 

@@ -95,3 +95,34 @@ def test_an_inline_stage_leaves_no_candidate_module_behind(tmp_path: Path, monke
         assert not [ref for ref in imported if (m := ref()) is not None and sys.modules.get(m.__name__) is m]
     gc.collect()
     assert len(imported) >= 2 and all(ref() is None for ref in imported)
+
+
+def test_a_verify_process_does_not_load_dynamo(tmp_path: Path):
+    """Dynamo's import (torch._dynamo, through torch._inductor.config or torch's wrapper of a dispatch mode) was
+    4 of a verify's 6.6 s on the H200's host; nothing a verification does needs it (BENCHMARKS.md, "Stage process
+    overhead")."""
+    import subprocess
+
+    script = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+              "from tests.test_verify import verify; "
+              "r = verify('good', Path(sys.argv[2]), 'inline'); assert r.status == 'ok', r.message; "
+              "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", script, str(ROOT), str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_census_counts_under_dynamo_once_dynamo_is_loaded():
+    """With dynamo loaded, the census counts through dynamo's disable (as torch's own wrapper of a mode would), also
+    the ops of a compiled function run while it is active."""
+    import torch
+    import torch._dynamo  # noqa: F401
+
+    from stages.library_policy import Census
+
+    compiled = torch.compile(lambda x: (x * 2).sin(), backend="eager")
+    with Census() as census:
+        compiled(torch.ones(3)) + 1
+    assert {op: census.counts[op] for op in ("aten.mul", "aten.sin", "aten.add")} == \
+        {"aten.mul": 1, "aten.sin": 1, "aten.add": 1}
