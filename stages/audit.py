@@ -21,6 +21,7 @@ process sandbox's to stop (rlimits, network namespace, scrubbed environment), no
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import functools
 import os
@@ -166,17 +167,55 @@ def _thread_ids() -> set[int]:
 _started_by: weakref.WeakKeyDictionary[threading.Thread, int | None] = weakref.WeakKeyDictionary()
 
 
+def _starter(frame: FrameType | None) -> int | None:
+    """The starting thread's ident, or None when candidate code is on its stack from `frame` up: a harness thread
+    that was made to run the candidate's code (a callback it was handed) starts the candidate's threads, not its
+    own."""
+    while frame is not None and library_code(frame):
+        frame = frame.f_back
+    return threading.get_ident() if frame is None else None
+
+
 def _recording_starter(start: Any) -> Any:
-    """threading.Thread.start, noting which thread started each thread (Python raises no audit event for it), or
-    None when candidate code was on the starting thread's stack: a harness thread that was made to run the
-    candidate's code (a callback it was handed) starts the candidate's threads, not its own."""
+    """threading.Thread.start, noting which thread started each thread (Python raises no audit event for it)."""
     @functools.wraps(start)
     def recorded(self: threading.Thread) -> None:
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None and library_code(frame):
-            frame = frame.f_back
-        _started_by[self] = threading.get_ident() if frame is None else None
+        _started_by[self] = _starter(sys._getframe(1))
         start(self)
+
+    return recorded
+
+
+_raw: dict[object, tuple[int | None, str]] = {}  # a running raw thread's token -> (its starter, its function's name)
+
+
+def raw_threads() -> dict[object, tuple[int | None, str]]:
+    """The running threads started through _thread (or threading's private alias of it) rather than Thread.start:
+    threading.enumerate does not list them, so the thread check asks here."""
+    return dict(_raw)
+
+
+def _recording_raw(start_new: Any) -> Any:
+    """_thread.start_new_thread (or start_joinable_thread), with the thread kept in `_raw` from before it starts
+    until its function returns. Thread.start's own calls pass through: it records those threads itself."""
+    @functools.wraps(start_new)
+    def recorded(function: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(getattr(function, "__self__", None), threading.Thread):
+            return start_new(function, *args, **kwargs)
+        token = object()
+
+        def run(*a: Any, **k: Any) -> Any:
+            try:
+                return function(*a, **k)
+            finally:
+                _raw.pop(token, None)
+
+        _raw[token] = (_starter(sys._getframe(1)), getattr(function, "__qualname__", repr(function)))
+        try:
+            return start_new(run, *args, **kwargs)
+        except BaseException:
+            _raw.pop(token, None)
+            raise
 
     return recorded
 
@@ -243,6 +282,10 @@ def install() -> None:
         return
     sys.addaudithook(_hook)
     threading.Thread.start = _recording_starter(threading.Thread.start)  # type: ignore[method-assign]
+    for owner, name in ((_thread, "start_new_thread"), (_thread, "start_new"), (_thread, "start_joinable_thread"),
+                        (threading, "_start_new_thread"), (threading, "_start_joinable_thread")):
+        if hasattr(owner, name):  # the names differ across Python versions
+            setattr(owner, name, _recording_raw(getattr(owner, name)))
     env: Any = os.environ
     _plain.append(env)
     _watched.append(_WatchedEnviron(env._data, env.encodekey, env.decodekey, env.encodevalue, env.decodevalue))

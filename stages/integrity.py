@@ -12,7 +12,8 @@ constructor, every forward call, timed or not) then checks, when the candidate's
   dtype, grad mode);
 - no ATen operator got a Python implementation (the reference would run it);
 - no thread started inside is still running, other than an idle pool worker of library code (its work would
-  escape the timed region);
+  escape the timed region); threads started through `_thread` directly, which threading.enumerate does not list,
+  are tracked by stages/audit.py;
 - the audit hook (stages/audit.py) recorded no network use, no write outside the work dir, no secret read.
 Any of these fails the candidate as `cheat`, naming the section and what changed. The section also counts the
 kernels the code launched (stages/launches.py) for the caller's launch census.
@@ -23,6 +24,7 @@ cheating and records the attempt. Isolation is the executor's (its own process, 
 
 from __future__ import annotations
 
+import _thread
 import builtins
 import contextlib
 import math
@@ -136,7 +138,7 @@ def _namespaces() -> Iterator[tuple[str, Any, bool]]:
     identity everywhere; the harness's containers by content and its public plain values too, and so are torch.nn's
     global module hooks. Elsewhere plain values and containers change honestly (torch.cuda._initialized, Triton's
     caches), and so do the harness's private counters."""
-    for m in (time, torch, torch.cuda, torch.nn.functional, torch.library, builtins, math, random):
+    for m in (time, torch, torch.cuda, torch.nn.functional, torch.library, builtins, math, random, threading, _thread):
         yield m.__name__, m, False
     yield "torch.nn.modules.module", torch.nn.modules.module, True
     classes: list[type] = [torch.Tensor, torch.nn.Module, torch.cuda.Event, torch.cuda.Stream, TorchDispatchMode]
@@ -272,7 +274,8 @@ class Guard:
                 _put_back(owner, name, old)
         return changed
 
-    def _fault(self, what: str, threads: set[threading.Thread], before: dict[str, Any], attempts: int) -> str | None:
+    def _fault(self, what: str, threads: set[threading.Thread | object], before: dict[str, Any],
+               attempts: int) -> str | None:
         """Why the section was a cheat, or None; whatever it changed is put back either way."""
         why = []
         if tried := list(dict.fromkeys(self.watch.attempts[attempts:])):
@@ -284,9 +287,12 @@ class Guard:
             why.append(("precision downgrade: " if precision else "") + "changed " + ", ".join(changed))
         if aten := sorted(_aten_impls() - self.aten):
             why.append(f"registered its own kernels for ATen operators ({', '.join(aten)}), which the reference runs")
-        if alive := [t for t in threading.enumerate() if t not in threads and t.is_alive() and not _idle(t)
-                     and not self.watch.harness_started(t)]:
-            why.append(f"left {len(alive)} thread(s) running ({', '.join(t.name for t in alive)}) after it returned: "
+        alive = [t.name for t in threading.enumerate() if t not in threads and t.is_alive() and not _idle(t)
+                 and not self.watch.harness_started(t)]
+        alive += [f"{name} (started through _thread)" for token, (starter, name) in audit.raw_threads().items()
+                  if token not in threads and starter not in self.watch.harness]
+        if alive:
+            why.append(f"left {len(alive)} thread(s) running ({', '.join(alive)}) after it returned: "
                        "work done there is outside the timed region")
         return "; ".join(why) or None
 
@@ -297,7 +303,7 @@ class Guard:
         same code's untimed calls do."""
         if replaced := self._replaced():  # changed while no candidate code was meant to run (put back)
             raise CandidateFault("cheat", f"before {what}: {', '.join(replaced[:8])} replaced between calls")
-        call, threads, before = Call(), set(threading.enumerate()), settings()
+        call, threads, before = Call(), {*threading.enumerate(), *audit.raw_threads()}, settings()
         attempts, launched = len(self.watch.attempts), launches.count()
         try:
             with self.watch.active(environment=not timed):

@@ -40,6 +40,7 @@ TORCH_COMPUTE = SOFTMAX.policy.model_copy(update={"allow_torch_compute": True}) 
 # fixture -> words its `cheat` verdict names, verified inline
 VERIFY_CHEATS = {
     "background_thread": "thread(s) running",
+    "raw_thread": "work (started through _thread)",
     "patch_timer": "replaced time.perf_counter_ns",
     "patch_judge": "replaced stages.compare.error_ratio",
     "lazy_subclass": "tensor subclass",
