@@ -81,8 +81,9 @@ def _set_cudnn(enabled: bool, benchmark: bool, deterministic: bool) -> None:
 
 
 def deterministic(mode: bool, warn_only: bool = False) -> None:
-    """torch.use_deterministic_algorithms without its `import torch._inductor.config`, which loads dynamo: 4.2 s of
-    every verify call's 6.6 on the H200's host, 1.8 s on a CPU (BENCHMARKS.md, "Stage process overhead").
+    """torch.use_deterministic_algorithms without its `import torch._inductor.config`, which loads dynamo (4.2 s in
+    a bare process on the H200's host; with the census's own path to dynamo, stages/library_policy.py, 3.8 of a
+    verify call's 6.6 s there; BENCHMARKS.md, "Stage process overhead").
     Inductor's own flag is set too when inductor is loaded already; code that loads it later compiles with its
     default, and a verification still catches what that changes (a second call disagreeing is `nondeterministic`)."""
     if (config := sys.modules.get("torch._inductor.config")) is not None:

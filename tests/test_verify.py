@@ -99,7 +99,7 @@ def test_an_inline_stage_leaves_no_candidate_module_behind(tmp_path: Path, monke
 
 def test_a_verify_process_does_not_load_dynamo(tmp_path: Path):
     """Dynamo's import (torch._dynamo, through torch._inductor.config or torch's wrapper of a dispatch mode) was
-    4 of a verify's 6.6 s on the H200's host; nothing a verification does needs it (BENCHMARKS.md, "Stage process
+    3.8 of a verify's 6.6 s on the H200's host; nothing a verification does needs it (BENCHMARKS.md, "Stage process
     overhead")."""
     import subprocess
 

@@ -10,12 +10,12 @@ Rung 1, cheap timing: every timed shape, 5 to 20 repetitions each (2 s at most p
   speedup raised by rung 1's error stays within the floor above the incumbent's on the same shapes. Rung 1's error
   is the two calls' intervals in quadrature plus DRIFT, not the floor: a speedup is a ratio to eager timed in the same
   call, so it barely moves between calls. (On the H200, 01_softmax, rung 1 and rung 2 gave the same candidate
-  speedups 0.04-0.3% apart, six candidates in two runs; with the floor as rung 1's error, three candidates
+  speedups 0.04-0.3% apart, seven candidates in three runs; with the floor as rung 1's error, three candidates
   x1.005-1.020 above the incumbent were promoted and all three kept at rung 2, 39 of the run's 63 device seconds.)
   What the flat evaluation would spend on a pruned candidate could not change the best. (One
   shape misled on the H200: the softmax candidates ran 2.0x eager on the first shape and 1.2x over all, so two of
-  three were promoted and lost at rung 2. A shape costs ~0.1 s at this rung; the call's fixed ~4 s is the process:
-  CUDA context, problem and candidate loading.)
+  three were promoted and lost at rung 2. A shape costs ~0.1 s at this rung; the rest of the call, 1.4-1.8 s since
+  the stage processes stopped loading dynamo, is the one-trial check: CUDA context, problem and candidate loading.)
 Rung 2, the flat evaluation after compile (flows/run.py's verify_and_time): verify on every shape, 5 trials, then
   the standard timing on every shape. Accepted here when there is no incumbent, or when it beats the incumbent
   beyond the noise band of the two calls; no faster, or faster by no more than the floor: kept (the incumbent
