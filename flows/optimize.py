@@ -68,6 +68,8 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     baselines = baselines if baselines is not None else defaults.baselines(device)
     profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
     where = Store(store)
+    if resume is not None:
+        resumable(where, checked_run_id(resume), problem.id)
     if run_id is not None and resume is None and begun(where, run_id):
         print(f"run {run_id} is already in the store (this flow run ran before): resuming it")
         resume = run_id
@@ -116,6 +118,17 @@ def begun(store: Store, run_id: str) -> bool:
     """Whether run `run_id` wrote anything a new run would write again: its problem row (written first) or a runs
     row. Its own partitions only."""
     return any(not store.read(table, run_id).empty for table in ("problems", "runs"))
+
+
+def resumable(store: Store, run_id: str, problem_id: str) -> None:
+    """A KernelflowError unless the store has run `run_id` of this problem: a mistyped or foreign id would otherwise
+    start an empty run under that id, or mix two problems' candidates in one run."""
+    recorded = store.read("problems", run_id)
+    if recorded.empty:
+        raise KernelflowError(f"resume: no run {run_id!r} in store {store.location}")
+    if problem_id not in set(recorded.id):
+        raise KernelflowError(f"resume: run {run_id!r} is of problem {', '.join(sorted(set(recorded.id)))}, "
+                              f"not {problem_id!r}")
 
 
 def main(problem_path: str, **kwargs) -> dict:

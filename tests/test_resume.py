@@ -98,7 +98,14 @@ def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harn
             flow.main(SILU, **{**args, "run_id": bad})
     with pytest.raises(KernelflowError, match="name different runs"):
         flow.main(SILU, **{**args, "resume": "some-other-run"})
-    assert list(store.runs().run_id) == [run_id]
+    fresh = {k: v for k, v in args.items() if k != "run_id"}
+    with pytest.raises(KernelflowError, match="no run 'some-other-run' in store"):  # a mistyped id: no empty run
+        flow.main(SILU, **fresh, resume="some-other-run")
+    with pytest.raises(KernelflowError, match="not a safe name"):
+        flow.main(SILU, **fresh, resume="../elsewhere")
+    with pytest.raises(KernelflowError, match="is of problem 09_silu, not '01_softmax'"):  # nor two problems mixed
+        flow.main(str(ROOT / "problems" / "01_softmax.py"), **fresh, resume=run_id)
+    assert list(store.runs().run_id) == [run_id] and list(store.read("problems", run_id).id) == ["09_silu"]
 
 
 def test_a_fresh_run_id_is_a_safe_name_whatever_the_problems_file_is_called() -> None:
