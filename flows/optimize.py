@@ -68,11 +68,11 @@ def optimize(problem_path: str, budget: int = 8, store: str | None = None, devic
     baselines = baselines if baselines is not None else defaults.baselines(device)
     profiling = ProfilingPolicy(enabled=profile, baselines=baseline_profiles)
     where = Store(store)
-    if resume is not None:
-        resumable(where, checked_run_id(resume), problem.id)
     if run_id is not None and resume is None and begun(where, run_id):
         print(f"run {run_id} is already in the store (this flow run ran before): resuming it")
         resume = run_id
+    if resume is not None:  # named either way, a run of this problem
+        resumable(where, checked_run_id(resume), problem.id)
     run = Run(problem, where, device, sizes, budget, proposer, profiling, llm_max_tokens, llm_max_usd,
               backend, seed, model, executor, baselines, stage_timeout_s, resume, run_id)
     if target_sol is not None:  # the floors of the timed shapes on this GPU, or a clear refusal

@@ -103,8 +103,11 @@ def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harn
         flow.main(SILU, **fresh, resume="some-other-run")
     with pytest.raises(KernelflowError, match="not a safe name"):
         flow.main(SILU, **fresh, resume="../elsewhere")
+    softmax = str(ROOT / "problems" / "01_softmax.py")
     with pytest.raises(KernelflowError, match="is of problem 09_silu, not '01_softmax'"):  # nor two problems mixed
-        flow.main(str(ROOT / "problems" / "01_softmax.py"), **fresh, resume=run_id)
+        flow.main(softmax, **fresh, resume=run_id)
+    with pytest.raises(KernelflowError, match="is of problem 09_silu, not '01_softmax'"):  # named as run_id too
+        flow.main(softmax, **args)
     assert list(store.runs().run_id) == [run_id] and list(store.read("problems", run_id).id) == ["09_silu"]
 
 
