@@ -4,7 +4,9 @@
 each one's fate (a compile, verify or benchmark failure with its evidence; a verified speedup; a ladder's pruning),
 the incumbent, the profile feedback and actions, and the strategy's last saved state (search_state table). It
 returns the candidates that were proposed but never finished evaluating (the process died mid-candidate): the
-search evaluates those first, so nothing is lost and nothing is proposed twice.
+search evaluates those first, so nothing is lost and nothing is proposed twice. A round interrupted mid-way (the
+agents strategy's) is put back in run.round instead, what is left of it: its candidates, the one under way included,
+are evaluated by the round, each for the turn (agent) that proposed it.
 `last_best(store, problem)` is the best candidate of the latest finished run of the same problem (same source
 hash), for a warm start: the next night's run evaluates it first, so it starts from last night's result. A campaign
 names the run to start from (`last_best(store, problem, run_id)`: its previous campaign's run of that problem).
@@ -20,7 +22,7 @@ import pandas as pd
 from artifacts.store import Store
 from artifacts.tables import model_of
 from flows.run import Run
-from stages.contracts import Action, Candidate, CompileResult, Failure, Problem, SearchState
+from stages.contracts import Action, Candidate, CompileResult, Failure, Problem, Proposal, SearchState
 
 STAGES: tuple[tuple[str, Literal["compile", "verify", "benchmark"]], ...] = (
     ("compiles", "compile"), ("verifications", "verify"), ("benchmarks", "benchmark"))
@@ -77,7 +79,20 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
     state = model_of(SearchState, states[-1]) if states else None
     if state is not None:
         run.lessons = list(state.lessons)
-    return [run.candidates[c] for c in run.tried if c not in done], state
+        run.round = unfinished(state.round, done)
+    in_round = {cid for turn in run.round for cid in turn.left}
+    return [run.candidates[c] for c in run.tried if c not in done and c not in in_round], state
+
+
+def unfinished(round_: list[Proposal], done: set[str]) -> list[Proposal]:
+    """The saved round less the candidates whose evaluation finished after it was saved (the process died before
+    the next save): a turn left with none of its own is over, not a turn that gave nothing."""
+    kept = []
+    for turn in round_:
+        left = [c for c in turn.left if c not in done]
+        if left or not turn.left:
+            kept.append(turn.model_copy(update={"left": left}))
+    return kept
 
 
 def last_best(store: Store, problem: Problem, run_id: str | None = None) -> Candidate | None:

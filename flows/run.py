@@ -38,6 +38,7 @@ from stages.contracts import (
     GenerateResult,
     Problem,
     ProfileRequest,
+    Proposal,
     RunRecord,
     SizeSet,
     VerifyRequest,
@@ -113,6 +114,7 @@ class Run:
         self.promoted_structures: list[str] = []
         self.recorded: set[str] = set()  # candidate ids already in the candidates table (a resumed run's)
         self.precompiled: dict[str, CompileResult] = {}  # compiled ahead by propose_round, not yet recorded
+        self.round: list[Proposal] = []  # the round in progress: its turns not yet evaluated (saved with the state)
         if resume is None:
             store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
@@ -279,7 +281,7 @@ def propose(run: Run, req: GenerateRequest) -> list[Candidate]:
     stops producing candidates."""
     proposed = generate_task(req)
     charge(run, proposed)
-    return outcome(run, req, proposed)
+    return outcome(run, proposed)
 
 
 def charge(run: Run, proposed: GenerateResult) -> None:
@@ -289,14 +291,14 @@ def charge(run: Run, proposed: GenerateResult) -> None:
         run.llm.charge(call)
 
 
-def outcome(run: Run, req: GenerateRequest, proposed: GenerateResult) -> list[Candidate]:
+def outcome(run: Run, proposed: GenerateResult) -> list[Candidate]:
     """A charged proposal's candidates; raises StopSearch when the proposer stops producing candidates."""
     if proposed.candidates:
         run.barren = 0
         return proposed.candidates
     run.barren += 1
     if not proposed.llm_calls or run.barren >= MAX_BARREN:  # nothing to ask (no family, no model), or no code again
-        raise StopSearch(f"proposer {req.proposer!r} gave no candidate: {proposed.message}")
+        raise StopSearch(f"proposer {run.proposer!r} gave no candidate: {proposed.message}")
     print(f"proposal gave no candidate ({run.barren} in a row): {proposed.message}")
     return []
 

@@ -341,16 +341,6 @@ class LLMCall(Contract):
     message: str = Field(default="", description="short error or outcome text")
 
 
-class SearchState(Contract):
-    """A strategy's state after one evaluation (a row of the search_state table): what a resumed run restores."""
-
-    strategy: str = Field(description="the strategy's registry name")
-    n_tried: int = Field(description="candidates tried when it was written")
-    state_json: str = Field(default="{}", description="the strategy's state() as JSON; {} for a stateless one")
-    lessons: list[str] = Field(default_factory=list, description="the run's search memory at that point")
-    updated_at: str = Field(description="UTC ISO time")
-
-
 class GenerateRequest(Contract):
     problem: Problem
     n: int = Field(ge=1, description="how many new candidates to propose")
@@ -376,6 +366,32 @@ class GenerateResult(Contract):
     candidates: list[Candidate]
     message: str = Field(default="", description="why fewer than n, when so")
     llm_calls: list[LLMCall] = Field(default_factory=list, description="the LLM calls this proposal made")
+
+
+class Proposal(Contract):
+    """One turn of a round in progress (flows/search/protocol.py round_): generated and charged, its candidates not
+    all evaluated yet. Saved with the search state, so a resumed run evaluates them for whoever asked, not asks
+    again (the LLM calls are paid; the candidates exist nowhere else until evaluated)."""
+
+    who: str = Field(description="who asked: the strategy's name for it (an agent)")
+    lessons: list[str] = Field(default_factory=list, description="its request's lessons: the run's while its "
+                               "candidates are evaluated")
+    proposed: GenerateResult = Field(description="what its generate call returned")
+    left: list[str] = Field(default_factory=list, description="ids of its candidates still to evaluate, in order; "
+                            "one an earlier turn of the round proposed too is that turn's, not here")
+
+
+class SearchState(Contract):
+    """The search's state after one evaluation, or before a round's first (a row of the search_state table): what a
+    resumed run restores."""
+
+    strategy: str = Field(description="the strategy's registry name")
+    n_tried: int = Field(description="candidates tried when it was written")
+    state_json: str = Field(default="{}", description="the strategy's state() as JSON; {} for a stateless one")
+    lessons: list[str] = Field(default_factory=list, description="the run's search memory at that point")
+    round: list[Proposal] = Field(default_factory=list, description="the round in progress (a Rounds strategy's): "
+                                  "its turns not yet evaluated, in order; empty between rounds")
+    updated_at: str = Field(description="UTC ISO time")
 
 
 class RunRecord(Contract):

@@ -1,7 +1,8 @@
 """The agents strategy's rounds (flows/search/protocol.py round_, flows/run.py propose_round): a round's generate
 and compile calls overlap, its evaluations run one at a time in agent order with the same results as a serial
-round, and no round proposes past the candidate budget. A real Run and store under Prefect's test harness; the
-proposer, the compile task and the evaluation are stand-ins that sleep and record when they ran."""
+round, no round proposes past the candidate budget, and a round interrupted mid-way resumes its own proposals. A real
+Run and store under Prefect's test harness; the proposer, the compile task and the evaluation are stand-ins that
+sleep and record when they ran."""
 
 from __future__ import annotations
 
@@ -17,11 +18,21 @@ from prefect.cache_policies import NO_CACHE
 
 import flows.run
 from artifacts.store import Store
+from flows.resume import restore
 from flows.run import Run, compile_step
 from flows.search.agents import Agents
 from flows.search.protocol import Budgets, search
 from stages.backends import result
-from stages.contracts import Candidate, CompileRequest, CompileResult, GenerateRequest, GenerateResult, Origin
+from stages.contracts import (
+    BenchmarkResult,
+    Candidate,
+    CompileRequest,
+    CompileResult,
+    GenerateRequest,
+    GenerateResult,
+    LLMCall,
+    Origin,
+)
 from stages.errors import StopSearch
 from stages.problem import load_problem
 from stages.profiling_policy import ProfilingPolicy
@@ -50,7 +61,7 @@ class Recorder:
 
     def propose(self, req: GenerateRequest) -> GenerateResult:
         """One candidate per request, named by its agent's focus and its seed (so a serial and a parallel round
-        propose the same ids); every fifth one does not compile."""
+        propose the same ids), and one (free) LLM call recorded; every fifth one does not compile."""
         with self.lock:
             delay = self.delays.pop(0) if self.delays else self.delay
             self.requests.append(req)
@@ -62,7 +73,9 @@ class Recorder:
                                                                       params={"who": who, "seed": req.seed}))
         with self.lock:
             self.generates.append((cand.id, start, time.monotonic()))
-        return GenerateResult(problem_id=req.problem.id, proposer="slow", candidates=[cand], message=who)
+        call = LLMCall(call_id=f"{who} {req.seed}", purpose="optimize", model="stand-in", status="ok")
+        return GenerateResult(problem_id=req.problem.id, proposer="slow", candidates=[cand], message=who,
+                              llm_calls=[call])
 
 
 def speedup_of(candidate: Candidate) -> float | None:
@@ -90,26 +103,37 @@ def recorder(monkeypatch) -> Recorder:
 
 
 def searched(tmp_path: Path, rec: Recorder, budget: int, workers: int | None = None,
-             llm_max_tokens: int | None = None) -> tuple[Run, Agents, str]:
-    """An agents search on 09_silu with the stand-ins, in a flow; (the run, the strategy, the stop reason)."""
+             llm_max_tokens: int | None = None, resume: str | None = None,
+             dies_at: int | None = None) -> tuple[Run, Agents, str]:
+    """An agents search on 09_silu with the stand-ins, in a flow; (the run, the strategy, the stop reason).
+    `resume`: continue that run as the optimize flow does (flows/resume.py); `dies_at`: the process "dies" (raises
+    RuntimeError) in the evaluation of that candidate, counted from 1, once it is recorded and compiled."""
 
     @flow(name="rounds")
     def rounds() -> tuple[Run, Agents, str]:
         run = Run(load_problem(SILU), Store(tmp_path), "cpu", "cpu", budget, "slow", ProfilingPolicy(enabled=False),
-                  llm_max_tokens=llm_max_tokens)
+                  llm_max_tokens=llm_max_tokens, resume=resume)
+        pending, saved = restore(run) if resume else ([], None)
 
         def evaluate(candidate: Candidate) -> float | None:
             rec.evaluated.append(candidate.id)
-            if compile_step(run, candidate).status != "ok":  # the round compiled it ahead: recorded now
+            compiled = compile_step(run, candidate)  # the round compiled it ahead: recorded now
+            if len(rec.evaluated) == dies_at:
+                raise RuntimeError("killed")
+            if compiled.status != "ok":
                 return None
             speedup = speedup_of(candidate)
-            if speedup is not None:
+            if speedup is not None:  # its benchmark row: what a resumed run reads back (a rejection: the compile's)
                 run.speedups[candidate.id] = speedup
+                run.store.append_benchmark(run.id, BenchmarkResult(
+                    candidate_id=candidate.id, problem_id=run.problem.id, status="ok", device="cpu", sizes="cpu",
+                    speedup_vs_eager=speedup))
             return speedup
 
-        agents = Agents(workers=workers)
+        agents = Agents.from_state(json.loads(saved.state_json)) if saved else Agents()
+        agents.workers = workers
         try:
-            search(run, agents, Budgets(budget, 3600.0), evaluate, lambda c: None)
+            search(run, agents, Budgets(budget, 3600.0), evaluate, lambda c: None, pending)
         except StopSearch as stop:
             return run, agents, stop.reason
         raise AssertionError("search returned without a stop reason")
@@ -165,10 +189,32 @@ def test_no_round_proposes_past_the_candidate_budget_and_the_llm_budget_is_share
     assert len(recorder.requests) == len(run.tried) == 6  # 4 agents: a round of 4, then a round of 2 (not 4)
     store = Store(tmp_path)
     assert len(store.read("candidates", run.id)) == 6
-    saved = store.read("search_state", run.id)  # saved after every evaluation, as one at a time: a resume's state
-    assert list(saved.n_tried) == [1, 2, 3, 4, 5, 6] and set(saved.strategy) == {"agents"}
+    saved = store.read("search_state", run.id)  # saved before a round, then after every evaluation: a resume's state
+    assert list(saved.n_tried) == [0, 1, 2, 3, 4, 4, 5, 6] and set(saved.strategy) == {"agents"}
+    assert [len(json.loads(turns)) for turns in saved["round"]] == [4, 3, 2, 1, 0, 2, 1, 0]  # turns left to evaluate
     resumed = Agents.from_state(json.loads(saved.state_json.iloc[-1]))
     assert resumed.state() == agents.state() and len(resumed.plan(run, 9)) >= 1
     assert [r.llm_tokens_left for r in recorder.requests] == [250] * 4 + [500] * 2  # 1000 split per round
     seeds = [r.seed for r in recorder.requests]  # in the order the calls started
     assert sorted(seeds[:4]) == [0, 1, 2, 3] and sorted(seeds[4:]) == [4, 5]  # as if each earlier turn's had been tried
+
+
+def test_a_round_killed_mid_way_resumes_its_proposals_for_their_agents(prefect_harness, tmp_path: Path,
+                                                                        recorder: Recorder):
+    """The process dies in the evaluation of the round's second proposal, after all four were generated and
+    charged. Resumed, the round's proposals are each evaluated once (the interrupted one again from the start), for
+    the agent that asked, and nothing is asked of the proposer again: no generate call, no LLM call."""
+    with pytest.raises(RuntimeError, match="killed"):
+        searched(tmp_path, recorder, budget=4, dies_at=2)
+    store = Store(tmp_path)
+    run_id, asked = store.runs().run_id.iloc[0], list(recorder.generates)
+    assert len(asked) == 4 and len(store.read("llm_calls", run_id)) == 4 and len(recorder.evaluated) == 2
+    run, agents, reason = searched(tmp_path, recorder, budget=4, resume=run_id)
+    assert reason == "candidate budget of 4 spent"
+    assert recorder.generates == asked and len(store.read("llm_calls", run_id)) == 4  # nothing asked again
+    assert recorder.evaluated[2:] == recorder.evaluated[1:2] + run.tried[2:]  # the interrupted one, then the rest
+    judged = [v.split()[:2] for v in agents.board.verdicts]  # 'candidate agent VERDICT', one per evaluation
+    assert sorted(c for c, _ in judged) == sorted(c for c, *_ in asked) == sorted(run.tried)  # each once, none lost
+    assert all(run.candidates[c].origin.params["who"] == f"Focus ({who})" for c, who in judged), judged
+    assert [who for _, who in judged] == ["fusion", "tiling_tensor_cores", "memory_layout", "library_configuration"]
+    assert len(store.read("candidates", run_id)) == 4

@@ -29,8 +29,10 @@ generate calls and the compile of each candidate as soon as its proposal is back
 a thread pool (flows/run.py's propose_round; compiles are processes of their own, so they truly overlap). Nothing
 else is concurrent: back in the flow thread, in agent order, each proposal's LLM calls are recorded and charged,
 and its candidates are recorded, verified and benchmarked one at a time (the GPU part), the guard and the memory
-told, the state saved, so the result does not depend on which call finished first. What a round cannot do: an agent
-does not see the results of the agents before it in the same round (a serial turn would).
+told, the state saved, so the result does not depend on which call finished first. The round's proposals are saved
+with the state before the first is evaluated (SearchState.round), so a run killed mid-round resumes them, each for its
+agent, without asking again. What a round cannot do: an agent does not see the results of the agents before it in the
+same round (a serial turn would).
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ class Board(Contract):
     memory: list[str] = Field(default_factory=list, description="verified conclusions, the last memory_size")
     verdicts: list[str] = Field(default_factory=list, description="'candidate agent VERDICT', oldest first")
     stopped: str | None = Field(default=None, description="the guard's STOP reason")
+    redrafting: list[str] = Field(default_factory=list, description="agents whose turn in the round in progress is "
+                                  "a redraft (plan sets it, begin reads it; in the state, so a resumed round keeps it)")
 
     def agent(self, name: str) -> Agent:
         return next(agent for agent in self.agents if agent.name == name)
@@ -139,7 +143,6 @@ class Agents:
             revert_after=revert_after, plateau=plateau, skip_after=skip_after, rest_turns=rest_turns,
             memory_size=memory_size)
         self.workers = workers  # a round's threads (flows/run.py's propose_round): None, one per call; 1, serial
-        self._redrafts: set[str] = set()  # agents whose turn in the planned round is a redraft
 
     def state(self) -> dict[str, Any]:
         return self.board.model_dump(mode="json")
@@ -177,20 +180,20 @@ class Agents:
             turns.append(self._turn(run, board.agents[start], 0))
         return turns
 
-    def begin(self, run: Run, turn: Turn) -> None:
-        """The turn's candidates are evaluated next: theirs is the agent's (a redraft's), its lessons the run's."""
-        self.board.pending, self.board.pending_redraft = turn.who, turn.who in self._redrafts
-        self._redrafts.discard(turn.who)
-        run.lessons = list(turn.request.lessons)
+    def begin(self, run: Run, who: str) -> None:
+        """The candidates of `who`'s turn are evaluated next: theirs is that agent's (a redraft's)."""
+        board = self.board
+        board.pending, board.pending_redraft = who, who in board.redrafting
+        board.redrafting = [name for name in board.redrafting if name != who]
 
-    def end(self, run: Run, turn: Turn) -> None:
+    def end(self, run: Run, who: str) -> None:
         """A turn whose proposal gave no candidate counts as nothing verified (as a select with no update does)."""
         self._settle(run)
 
     def _turn(self, run: Run, agent: Agent, i: int) -> Turn:
         expansion, redraft = self._expansion(run, agent)
         if redraft:
-            self._redrafts.add(agent.name)
+            self.board.redrafting.append(agent.name)
         req = request(run, expansion)
         return Turn(agent.name, req if expansion.seed is not None else req.model_copy(update={"seed": req.seed + i}))
 

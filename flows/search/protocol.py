@@ -22,7 +22,7 @@ from uuid import UUID
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from flows.run import Run, charge, new_best, outcome, propose, propose_round
-from stages.contracts import Candidate, Failure, GenerateRequest, SearchState
+from stages.contracts import Candidate, Failure, GenerateRequest, Proposal, SearchState
 from stages.errors import StopSearch
 from stages.proposers import REPAIRS
 
@@ -78,15 +78,16 @@ class Turn:
 @runtime_checkable
 class Rounds(Strategy, Protocol):
     """A strategy that proposes in rounds (flows/search/agents.py): `plan` builds a round's requests in the flow
-    thread, in a fixed order, at most `limit` of them; `begin` and `end` bracket the evaluation of one turn's
-    candidates, in that order. `workers`: the round's thread pool (None: one thread per call; 1: one at a time)."""
+    thread, in a fixed order, at most `limit` of them; `begin` and `end` bracket the evaluation of the candidates of
+    `who`'s turn, in that order (after a resume too: what they need of the plan is in the state). `workers`: the
+    round's thread pool (None: one thread per call; 1: one at a time)."""
     workers: int | None
 
     def plan(self, run: Run, limit: int) -> list[Turn]: ...
 
-    def begin(self, run: Run, turn: Turn) -> None: ...
+    def begin(self, run: Run, who: str) -> None: ...
 
-    def end(self, run: Run, turn: Turn) -> None: ...
+    def end(self, run: Run, who: str) -> None: ...
 
 
 def repair_depth(run: Run, candidate: Candidate) -> int:
@@ -163,35 +164,57 @@ def round_(run: Run, strategy: Rounds, budgets: Budgets, started: float,
            evaluate_one: Callable[[Candidate], float | None], profile_one: Callable[[Candidate], None],
            progress: UUID) -> None:
     """One round of a Rounds strategy: its requests planned (no more than the candidate budget left), proposed and
-    compiled at once (propose_round), then, in the plan's order, each proposal charged, and its candidates
-    evaluated one at a time, told to the strategy and saved, exactly as the one-at-a-time loop would: the result
-    does not depend on which call finished first. Before every turn but the first the budgets and the strategy's
-    stop are checked again; a stop there leaves the round's later proposals unevaluated (their LLM calls are
-    recorded and charged; their compiles, done, are not recorded). A candidate proposed twice in a round is
-    evaluated once, for the first turn that proposed it."""
-    turns = strategy.plan(run, budgets.candidates - len(run.tried))
-    requests = shares(run, [turn.request for turn in turns])
+    compiled at once (proposals), the round saved; then, in the plan's order, each turn's candidates evaluated one
+    at a time, told to the strategy and saved, exactly as the one-at-a-time loop would: the result does not depend
+    on which call finished first. A resumed run whose round was interrupted (run.round, from the saved state)
+    evaluates what is left of it instead, asking for nothing again. Before every turn but the first the budgets and
+    the strategy's stop are checked again; a stop there leaves the round's later proposals unevaluated (their LLM
+    calls are recorded and charged; their compiles, done, are not recorded; they stay in the saved round)."""
+    if not run.round:
+        run.round = proposals(run, strategy, budgets)
+        save(run, strategy)  # before any evaluation: a crash from here on loses none of the round's proposals
     try:
-        proposals = propose_round(run, requests, strategy.workers)
-        for proposed in proposals:
-            charge(run, proposed)
-        seen: set[str] = set()
-        for i, (turn, req, proposed) in enumerate(zip(turns, requests, proposals, strict=True)):
+        for i, turn in enumerate(list(run.round)):
             if i and (why := spent(run, budgets, started) or strategy.stop(run)) is not None:
                 raise StopSearch(why)
-            strategy.begin(run, turn)
-            for candidate in outcome(run, req, proposed):
-                if candidate.id in seen:
-                    print(f"{turn.who}: {candidate.id} was proposed earlier this round; evaluated once")
-                    continue
-                seen.add(candidate.id)
+            strategy.begin(run, turn.who)
+            run.lessons = list(turn.lessons)
+            candidates = {c.id: c for c in outcome(run, turn.proposed)}
+            # A turn leaves the saved round with its last candidate's evaluation (consider saves after it): a
+            # resumed turn with nothing left would count as one that gave nothing. One with no candidate at all is
+            # over once begun and ended, before the next save.
+            if not turn.left:
+                run.round.remove(turn)
+            while turn.left:
+                candidate = candidates[turn.left.pop(0)]
+                if not turn.left:
+                    run.round.remove(turn)
                 consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
                 update_progress_artifact(progress, 100.0 * len(run.tried) / budgets.candidates)
                 if len(run.tried) >= budgets.candidates:
                     break
-            strategy.end(run, turn)
+            strategy.end(run, turn.who)
     finally:
         run.precompiled.clear()  # a stopped round's compiles: never recorded
+
+
+def proposals(run: Run, strategy: Rounds, budgets: Budgets) -> list[Proposal]:
+    """A round's turns planned, their generate calls and compiles run at once (propose_round), charged, in the
+    plan's order. A candidate proposed twice in a round is evaluated once, for the first turn that proposed it."""
+    turns = strategy.plan(run, budgets.candidates - len(run.tried))
+    requests = shares(run, [turn.request for turn in turns])
+    planned, seen = list[Proposal](), set[str]()
+    for turn, proposed in zip(turns, propose_round(run, requests, strategy.workers), strict=True):
+        charge(run, proposed)
+        left = []
+        for candidate in proposed.candidates:
+            if candidate.id in seen:
+                print(f"{turn.who}: {candidate.id} was proposed earlier this round; evaluated once")
+                continue
+            seen.add(candidate.id)
+            left.append(candidate.id)
+        planned.append(Proposal(who=turn.who, lessons=turn.request.lessons, proposed=proposed, left=left))
+    return planned
 
 
 def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: Callable[[Candidate], float | None],
@@ -209,6 +232,11 @@ def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: C
         new_best(run, candidate, speedup)
         profile_one(candidate)
     strategy.update(run, candidate, speedup)
+    save(run, strategy)
+
+
+def save(run: Run, strategy: Strategy) -> None:
+    """The search's state as a row of the search_state table: the strategy's, the lessons, the round in progress."""
     run.store.append("search_state", run.id, [SearchState(
         strategy=strategy.NAME, n_tried=len(run.tried), state_json=json.dumps(strategy.state(), default=str),
-        lessons=run.lessons, updated_at=datetime.now(UTC).isoformat(timespec="seconds"))])
+        lessons=run.lessons, round=run.round, updated_at=datetime.now(UTC).isoformat(timespec="seconds"))])
