@@ -6,6 +6,7 @@ sit together and `kernelflow report --campaign ID` finds its optimize runs (`opt
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 import pandas as pd
@@ -14,6 +15,7 @@ from pydantic import Field
 from artifacts.store import Store
 from stages.contracts import Contract
 
+CAMPAIGN_ID = re.compile(r"\d{8}T\d{6}-(.+)-[0-9a-f]{6}")  # <UTC start time>-<suite>-<6 hex>; group 1: the suite
 Verdict = Literal["ok", "slower", "broken", "not_checked"]
 
 
@@ -100,19 +102,29 @@ def run_ids(store: Store, campaign_id: str) -> list[str]:
     return [] if rows.empty else list(rows.optimize_run_id.dropna())
 
 
-def previous(store: Store, suite: str, entry: str, before: str) -> pd.Series | None:
-    """The entry's row in the latest other campaign of this suite (not `before`, the campaign asking) that finished
-    the entry with a best candidate: what that campaign re-times and warm-starts from; None if there is none."""
-    done = campaigns(store)
-    if done.empty:
-        return None
-    earlier = done[(done.suite == suite) & (done.campaign_id != before)]
-    for campaign_id in reversed(list(earlier.campaign_id)):
+def of_suite(store: Store, suite: str) -> list[str]:
+    """The suite's campaign ids, latest first, from the campaigns table's partition names alone: an id is
+    `<UTC start time>-<suite>-<6 hex>`, so no part is read and the cost does not grow with the nights stored (campaigns
+    started within the same second are ordered by their hex, not by `started_at`)."""
+    return sorted((c for c in store.partitions("campaigns") if (m := CAMPAIGN_ID.fullmatch(c)) and m[1] == suite),
+                  reverse=True)
+
+
+def previous(store: Store, suite: str, entry: str, before: str) -> tuple[str, str] | None:
+    """(run, best candidate) of the entry in the latest other campaign of this suite (not `before`, the campaign
+    asking) that finished the entry with a best candidate: what that campaign re-times and warm-starts from; None if
+    there is none. Only the latest campaign that planned the entry is read: its row already names what it found
+    further back, so an entry that never finishes does not send every night back through all earlier ones."""
+    for campaign_id in (c for c in of_suite(store, suite) if c != before):
         rows = entries(store, campaign_id)
-        row = rows[(rows.entry == entry) & (rows.status == "finished") & rows.best_candidate_id.notna()] \
-            if not rows.empty else rows
-        if not row.empty:
-            return row.iloc[-1]
+        rows = rows[rows.entry == entry] if not rows.empty else rows
+        if rows.empty:
+            continue
+        last = rows.iloc[-1]
+        if last.status == "finished" and pd.notna(last.best_candidate_id):
+            return str(last.optimize_run_id), str(last.best_candidate_id)
+        return (str(last.previous_run_id), str(last.previous_candidate_id)) \
+            if pd.notna(last.previous_run_id) and pd.notna(last.previous_candidate_id) else None
     return None
 
 

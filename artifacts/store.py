@@ -79,6 +79,13 @@ class Store:
             self.mirror.fetch_parts(f"tables/{table}" + (f"/run_id={run_id}" if run_id is not None else ""))
         return tables.read(self.root, table, run_id)
 
+    def partitions(self, table: str) -> list[str]:
+        """The table's partition names (run ids; campaign ids), sorted, none of its parts read. For S3 the parts the
+        local copy lacks are fetched first, as `read` would (each once: parts are immutable)."""
+        if self.mirror:
+            self.mirror.fetch_parts(f"tables/{table}")
+        return tables.partitions(self.root, table)
+
     def blob(self, sha: str) -> bytes:
         path = blob_path(self.blob_dir, sha)
         if self.mirror and not path.exists() and not self.mirror.fetch(path.relative_to(self.root).as_posix()):

@@ -93,6 +93,13 @@ def read(root: str | Path, table: str, run_id: str | None = None) -> pd.DataFram
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def partitions(root: str | Path, table: str) -> list[str]:
+    """The table's partition names (its `run_id` values), sorted; no part is read. A partition without a part (a crash
+    between its mkdir and its first part's rename) is not one, as `read` would not see it."""
+    path = Path(root) / "tables" / table
+    return sorted(d.name.removeprefix("run_id=") for d in path.glob("run_id=*") if any(d.glob("part-*.parquet")))
+
+
 def model_of(model: type[M], record: dict[str, Any], prefix: str = "") -> M:
     """The inverse of `row`: a model from its flattened row (nested models by prefix, dict/list fields from JSON;
     missing and NaN values left to the model's defaults)."""

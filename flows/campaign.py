@@ -33,9 +33,9 @@ from artifacts.campaigns import (
     CampaignProblem,
     CampaignRecord,
     board,
-    campaigns,
     entries,
     markdown,
+    of_suite,
     previous,
     run_ids,
 )
@@ -91,12 +91,11 @@ def campaign(suite_path: str, store: str | None = None, dispatch: Literal["local
 def start(store: Store, suite: Suite) -> CampaignRecord:
     """The campaign's id and first row, with the suite's text kept as a blob."""
     campaign_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{suite.name}-{uuid.uuid4().hex[:6]}"
-    earlier = campaigns(store)
-    earlier = earlier[earlier.suite == suite.name] if not earlier.empty else earlier
+    earlier = of_suite(store, suite.name)
     record = CampaignRecord(
         campaign_id=campaign_id, suite=suite.name, suite_path=suite.path, suite_sha256=suite.sha256,
         status="running", started_at=_now(), updated_at=_now(), dispatch=suite.dispatch.mode, store=store.location,
-        n_problems=len(suite.problems), previous_campaign_id=None if earlier.empty else earlier.campaign_id.iloc[-1],
+        n_problems=len(suite.problems), previous_campaign_id=earlier[0] if earlier else None,
         blobs={"suite": put_text(store.blob_dir, suite.text)}, code_version=code_version(),
         prefect_flow_run_id=str(runtime.flow_run.id or ""))
     store.append("campaigns", campaign_id, [record])
@@ -109,12 +108,12 @@ def plan(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tuple[Jo
     last = previous(store, suite.name, entry.name, campaign_id)
     parameters = {**suite.optimize_kwargs(entry), "store": store.location}
     parameters["run_id"] = new_run_id(problem_id(parameters["problem_path"]))  # the id load_problem will give it
-    if last is not None:
-        parameters["warm_start_from"] = last.optimize_run_id
+    previous_run_id, previous_candidate_id = last or (None, None)
+    if previous_run_id:
+        parameters["warm_start_from"] = previous_run_id
     row = CampaignProblem(campaign_id=campaign_id, entry=entry.name, problem_path=parameters["problem_path"],
-                          status="running", started_at=_now(), updated_at=_now(),
-                          previous_run_id=None if last is None else last.optimize_run_id,
-                          previous_candidate_id=None if last is None else last.best_candidate_id)
+                          status="running", started_at=_now(), updated_at=_now(), previous_run_id=previous_run_id,
+                          previous_candidate_id=previous_candidate_id)
     store.append("campaign_problems", campaign_id, [row])
     return Job(entry, parameters, f"{campaign_id}-{entry.name}"), row
 
@@ -172,8 +171,8 @@ def close(store: Store, record: CampaignRecord, finished: list[CampaignProblem])
 def publish(store: Store, suite: Suite, record: CampaignRecord) -> None:
     """The campaign's Prefect artifacts: its leaderboard table, a markdown summary, a link to the report."""
     rows = entries(store, record.campaign_id)
-    runs = store.runs()
-    devices = set(runs[runs.run_id.isin(rows.optimize_run_id.dropna())].device) if not runs.empty else set()
+    runs = [store.runs(run_id) for run_id in rows.optimize_run_id.dropna()]  # theirs alone, not every night's
+    devices = {device for run in runs if not run.empty for device in run.device}
     create_table_artifact(key=f"campaign-{suite.name}", table=board(rows).astype(str).to_dict("records"),
                           description=f"campaign {record.campaign_id}")
     create_markdown_artifact(key=f"campaign-{suite.name}-summary", description=f"campaign {record.campaign_id}",

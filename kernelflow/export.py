@@ -77,18 +77,26 @@ def _own_benchmark(store: Store, run_id: str, candidate_id: str) -> BenchmarkRes
     return model_of(BenchmarkResult, row) if row else None
 
 
+def _timed(store: Store, problem_id: str, run_id: str | None = None) -> tuple[list[str], list[pd.DataFrame]]:
+    """The runs whose benchmarks or baselines timed the problem (of run `run_id` alone, if named), and those rows."""
+    frames = [f for f in (store.read("benchmarks", run_id), store.read("baselines", run_id)) if not f.empty]
+    return sorted({str(r) for f in frames for r in f.run_id[f.problem_id == problem_id]}), frames
+
+
 def choose(store: Store, problem_id: str, run_id: str | None = None, even_if_slower: bool = False) -> Choice:
     """The kernel to export, or ExportError saying why there is none."""
-    frames = [f for f in (store.read("benchmarks"), store.read("baselines")) if not f.empty]
-    timed = sorted({str(r) for f in frames for r in f.run_id[f.problem_id == problem_id]})
-    if not timed:
-        known = sorted({str(p) for f in frames for p in f.problem_id})
-        raise ExportError(f"no run in {store.location} timed problem {problem_id!r}: "
-                          + (f"it holds {', '.join(known)}" if known else "the store holds no benchmark"))
-    if run_id is not None and run_id not in timed:
-        raise ExportError(f"run {run_id!r} did not time problem {problem_id!r}; runs that did: {', '.join(timed)}")
+    # The tables are partitioned by run, not by problem: a named run's own partitions answer for it, and only finding
+    # every run of the problem (or which ones timed it, when the named one did not) reads them whole.
+    if run_id is None or not _timed(store, problem_id, run_id)[0]:
+        timed, frames = _timed(store, problem_id)
+        if not timed:
+            known = sorted({str(p) for f in frames for p in f.problem_id})
+            raise ExportError(f"no run in {store.location} timed problem {problem_id!r}: "
+                              + (f"it holds {', '.join(known)}" if known else "the store holds no benchmark"))
+        if run_id is not None:
+            raise ExportError(f"run {run_id!r} did not time problem {problem_id!r}; runs that did: {', '.join(timed)}")
     options, verdicts = [], []
-    for run in [run_id] if run_id else timed:
+    for run in [run_id] if run_id is not None else timed:
         won = winner(store, run)
         if won is None or (won.is_baseline and not (even_if_slower and won.best_candidate_id)):
             verdicts.append(f"run {run}: {won.text if won else 'nothing timed'}")
@@ -204,7 +212,7 @@ def _gather(store: Store, choice: Choice, problem_id: str, path: Path | None) ->
     compiled = _last(store.read("compiles", run), candidate_id=cid, status="ok")
     bench = _own_benchmark(store, run, cid)
     assert bench is not None  # choose() found it
-    record = _last(store.runs(), run_id=run)
+    record = _last(store.runs(run))
     prov = next((t.provenance for t in bench.timings if t.contender == "candidate"), None)
     return Sources(candidate=model_of(Candidate, row), bench=bench, problem=_problem(store, run, problem_id, path),
                    verify=model_of(VerifyResult, verified.sort_values("trials_passed", kind="stable").iloc[-1].to_dict()),

@@ -9,13 +9,14 @@ import inspect
 import io
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
 from artifacts.analysis import resolve
-from artifacts.campaigns import campaigns, entries, run_ids
+from artifacts.campaigns import CampaignProblem, CampaignRecord, campaigns, entries, run_ids
 from artifacts.store import Store
 from artifacts.tables import model_of
 from flows.regression import check
@@ -190,6 +191,18 @@ def record(store: Store, run_id: str, status: Literal["running", "finished", "fa
                                             best_candidate_id=best, code_version="c", prefect_flow_run_id="fr-1")])
 
 
+def recording(monkeypatch) -> list[tuple[str, str | None]]:
+    """Every table read from now on, as (table, partition); None: the whole table."""
+    real, reads = Store.read, []
+
+    def counted(self: Store, table: str, run: str | None = None):
+        reads.append((table, run))
+        return real(self, table, run)
+
+    monkeypatch.setattr(Store, "read", counted)
+    return reads
+
+
 def test_an_entry_names_its_run_and_conclude_reads_that_runs_partition_alone(tmp_path: Path, monkeypatch):
     """`plan` names each entry's optimize run (optimize's `run_id`); `conclude` reads that run's runs partition and
     nothing else of the runs table, however many runs the store holds (a whole-table read grew with every night)."""
@@ -207,13 +220,7 @@ def test_an_entry_names_its_run_and_conclude_reads_that_runs_partition_alone(tmp
     inspect.signature(optimize.fn).bind(**job.parameters)  # optimize takes what plan gives it
     record(store, run_id, "running", "2026-12-01T02:00:00+00:00")
     record(store, run_id, "finished", "2026-12-01T02:05:00+00:00", best="k1")
-    real, reads = Store.read, []
-
-    def counted(self: Store, table: str, run: str | None = None):
-        reads.append((table, run))
-        return real(self, table, run)
-
-    monkeypatch.setattr(Store, "read", counted)
+    reads = recording(monkeypatch)
     final = conclude(store, suite, row, Done(job, "fr-1", True, ""))
     assert (final.status, final.optimize_run_id, final.best_candidate_id) == ("finished", run_id, "k1")
     assert reads == [("runs", run_id)]
@@ -239,3 +246,75 @@ def test_a_warm_start_from_a_named_run_seeds_that_runs_best(tmp_path: Path):
                                              best_candidate_id=cand.id, code_version="c")])
     assert last_best(store, problem, "older").source.endswith("older")  # type: ignore[union-attr]
     assert last_best(store, problem).source.endswith("newer")  # type: ignore[union-attr]
+
+
+def nights(store: Store, suite: str, n: int, entries: dict[str, Callable[[int], tuple[str, str | None]]]) -> list[str]:
+    """`n` earlier campaigns of `suite`, a day apart: per entry `outcome(night)` is its final status and best candidate
+    (its run `<entry>-<night>`), and each planned row names what the latest earlier night finished, as `plan` does."""
+    ids, last = [], {}
+    for night in range(n):
+        campaign_id, when = f"202610{1 + night:02d}T020000-{suite}-{night:06x}", f"2026-10-{1 + night:02d}T02:00:00"
+        store.append("campaigns", campaign_id, [CampaignRecord(
+            campaign_id=campaign_id, suite=suite, suite_path="s.yaml", suite_sha256="0", status="finished",
+            started_at=when, updated_at=when, dispatch="local", store="", n_problems=len(entries), code_version="c")])
+        for entry, outcome in entries.items():
+            status, best = outcome(night)
+            row = CampaignProblem(campaign_id=campaign_id, entry=entry, problem_path="p.py", status="running",
+                                  started_at=when, updated_at=when, previous_run_id=last.get(entry, (None, None))[0],
+                                  previous_candidate_id=last.get(entry, (None, None))[1])
+            store.append("campaign_problems", campaign_id, [row])
+            store.append("campaign_problems", campaign_id, [row.model_copy(update=dict(
+                status=status, optimize_run_id=f"{entry}-{night}", best_candidate_id=best))])
+            if status == "finished" and best:
+                last[entry] = (f"{entry}-{night}", best)
+        ids.append(campaign_id)
+    return ids
+
+
+def test_start_and_plan_read_one_earlier_campaign_however_many_nights_the_store_holds(tmp_path: Path, monkeypatch):
+    """`start` finds its previous campaign by the campaigns' partition names, and `plan` reads the entries of the
+    latest earlier campaign of its suite alone: that night's row names what it found further back, so an entry that
+    has not finished for a while, or never did, reads no more than one that finished last night."""
+    from flows.campaign import plan, start
+
+    suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
+    ours = nights(store, "ci-smoke", 20, {"09_silu": lambda i: ("finished", f"k{i}"),
+                                          "broken": lambda i: ("failed", None),
+                                          "17_elementwise_chain": lambda i: ("failed", None) if i >= 15 else
+                                          ("finished", f"c{i}")})
+    nights(store, "ci-smoke-other", 25, {"09_silu": lambda i: ("finished", "theirs")})  # later nights, another suite
+    reads = recording(monkeypatch)
+    record = start(store, suite)
+    assert record.previous_campaign_id == ours[-1] and reads == []
+    rows = {entry.name: plan(store, suite, record.campaign_id, entry)[1] for entry in suite.problems}
+    found = {name: (row.previous_run_id, row.previous_candidate_id) for name, row in rows.items()}
+    assert found == {"09_silu": ("09_silu-19", "k19"), "broken": (None, None),
+                     "17_elementwise_chain": ("17_elementwise_chain-14", "c14")}
+    assert set(reads) == {("campaign_problems", ours[-1])}, reads
+
+
+def test_publish_reads_the_campaigns_own_runs_alone(tmp_path: Path, monkeypatch):
+    """The summary's device comes from the runs partitions of the campaign's own runs, not from the whole runs table
+    (every night's runs)."""
+    import flows.campaign as campaign
+    from flows.dispatch import Done
+
+    suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
+    for i in range(20):  # earlier nights, on a GPU
+        store.append("runs", f"20261101T020000-09_silu-{i:06x}", [RunRecord(
+            problem_id="09_silu", status="finished", started_at="2026-11-01", updated_at="2026-11-01", device="cuda",
+            sizes="gpu", budget_candidates=1, proposer="builtin", code_version="c")])
+    record_ = campaign.start(store, suite)
+    ran = []
+    for entry in (suite.problems[0], suite.problems[2]):
+        job, row = campaign.plan(store, suite, record_.campaign_id, entry)
+        record(store, job.parameters["run_id"], "finished", "2026-12-01T02:00:00+00:00", best="k")
+        campaign.conclude(store, suite, row, Done(job, "fr", True, ""))
+        ran.append(job.parameters["run_id"])
+    made: list[dict] = []
+    for name in ("create_table_artifact", "create_markdown_artifact", "create_link_artifact"):
+        monkeypatch.setattr(campaign, name, lambda **kw: made.append(kw))
+    reads = recording(monkeypatch)
+    campaign.publish(store, suite, record_)
+    assert reads == [("campaign_problems", record_.campaign_id), *(("runs", run) for run in ran)], reads
+    assert "CPU runs" in made[1]["markdown"]

@@ -25,6 +25,7 @@ from stages.contracts import (
     CompileResult,
     Problem,
     Provenance,
+    RunRecord,
     Timing,
     VerifyResult,
 )
@@ -145,6 +146,32 @@ def test_the_winner_exports_as_a_drop_in_package(cpu_run, tmp_path: Path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["leaked"] == [] and result["same"], result
     assert len(result["ratios"]) == 6 and max(result["ratios"].values()) <= 1.0, result["ratios"]
+
+
+def test_an_export_reads_the_runs_it_considers_and_never_the_whole_runs_table(cpu_run, tmp_path: Path, monkeypatch):
+    """A named run's export reads that run's partitions alone, however many other runs the store holds (whole-table
+    reads grew with every night: BENCHMARKS.md, "Load"); an export over every run reads the benchmarks and baselines
+    tables whole, as it must to find the runs of the problem, but not the runs table."""
+    store = with_gpu_win(cpu_run, tmp_path / "store")
+    for i in range(20):  # other nights, another problem
+        other, when = f"20261101T020000-other-{i:06x}", "2026-11-01T02:00:00+00:00"
+        store.append("runs", other, [RunRecord(problem_id="other", status="finished", started_at=when, updated_at=when,
+                                               device="cuda", sizes="gpu", budget_candidates=1, proposer="builtin",
+                                               code_version="old")])
+        store.append("benchmarks", other, [BenchmarkResult(candidate_id="k", problem_id="other", status="ok",
+                                                           device="cuda", sizes="gpu", speedup_vs_eager=9.0)])
+    real, reads = Store.read, []
+
+    def counted(self: Store, table: str, run: str | None = None):
+        reads.append((table, run))
+        return real(self, table, run)
+
+    monkeypatch.setattr(Store, "read", counted)
+    assert export(store, PROBLEM, tmp_path / "named", run_id=GPU_RUN)["code_version"] == "abc123"
+    assert {run for _, run in reads} == {GPU_RUN}, reads
+    reads.clear()
+    assert export(store, PROBLEM, tmp_path / "any")["run_id"] == GPU_RUN
+    assert {table for table, run in reads if run is None} == {"benchmarks", "baselines"}, reads
 
 
 def test_export_errors_say_what_is_wrong(cpu_run, tmp_path: Path):
