@@ -2,7 +2,8 @@
 
 `restore(run)` rebuilds a run's search state from its own tables: the candidates in the order they were tried,
 each one's fate (a compile, verify or benchmark failure with its evidence; a verified speedup; a ladder's pruning),
-the incumbent, the profile feedback and actions, and the strategy's last saved state (search_state table). It
+the incumbent, the profile feedback and actions, what it spent of its device-time and LLM budgets, and the
+strategy's last saved state (search_state table). It
 returns the candidates that were proposed but never finished evaluating (the process died mid-candidate): the
 search evaluates those first, so nothing is lost and nothing is proposed twice. A round interrupted mid-way (the
 agents strategy's) is put back in run.round instead, what is left of it: its candidates, the one under way included,
@@ -22,7 +23,16 @@ import pandas as pd
 from artifacts.store import Store
 from artifacts.tables import model_of
 from flows.run import Run
-from stages.contracts import Action, Candidate, CompileResult, Failure, Problem, Proposal, SearchState
+from stages.contracts import (
+    Action,
+    Candidate,
+    CompileResult,
+    Failure,
+    LLMCall,
+    Problem,
+    Proposal,
+    SearchState,
+)
 
 STAGES: tuple[tuple[str, Literal["compile", "verify", "benchmark"]], ...] = (
     ("compiles", "compile"), ("verifications", "verify"), ("benchmarks", "benchmark"))
@@ -75,6 +85,7 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
             run.feedback[record["candidate_id"]] = record.get("text") or ""
             run.actions[record["candidate_id"]] = [Action(**f["action"]) for f in findings
                                                    if not (f.get("explained_by") or f.get("not_own"))]
+    spend(run)
     states = _rows(store, "search_state", run.id)
     state = model_of(SearchState, states[-1]) if states else None
     if state is not None:
@@ -82,6 +93,18 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
         run.round = unfinished(state.round, done)
     in_round = {cid for turn in run.round for cid in turn.left}
     return [run.candidates[c] for c in run.tried if c not in done and c not in in_round], state
+
+
+def spend(run: Run) -> None:
+    """What the run spent before it stopped, charged again: its device seconds (every verify, candidate benchmark
+    and profile call, as run.py charges them) and its LLM calls, so a resumed run keeps the budgets it was given
+    rather than starting them anew. Wall time is the resumed process's own (the hours between are nobody's)."""
+    store = run.store
+    timed = [r for r in _rows(store, "benchmarks", run.id) if isinstance(r.get("candidate_id"), str)]
+    calls = _rows(store, "verifications", run.id) + timed + _rows(store, "profiles", run.id)
+    run.gpu_s = sum(float(r["duration_s"]) for r in calls if pd.notna(r.get("duration_s")))
+    for record in _rows(store, "llm_calls", run.id):
+        run.llm.charge(model_of(LLMCall, record))
 
 
 def unfinished(round_: list[Proposal], done: set[str]) -> list[Proposal]:

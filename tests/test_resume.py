@@ -46,6 +46,24 @@ def test_a_run_killed_mid_candidate_resumes_where_it_stopped(prefect_harness, tm
     assert len(store.read("problems", run_id)) == 1
 
 
+def test_a_resumed_run_keeps_what_it_spent_of_its_budgets(prefect_harness, tmp_path: Path) -> None:
+    """Device seconds and LLM tokens spent before the stop count against the same budgets after the resume: with
+    exactly that much allowed, the resumed run evaluates nothing more (before, both started again from zero)."""
+    from flows.optimize import main as optimize
+    from stages.contracts import LLMCall
+
+    first = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False)
+    run_id, store = first["run_id"], Store(str(tmp_path))
+    store.append("llm_calls", run_id, [LLMCall(call_id="c1", purpose="init", model="m", status="ok", tokens_in=700,
+                                               tokens_out=300, started_at="2026-11-30T00:00:00+00:00")])
+    spent = sum(float(store.read(t, run_id).duration_s.sum()) for t in ("verifications", "benchmarks"))
+    assert spent > 0
+    for budgets, why in (({"gpu_s_budget": spent - 1e-6}, "device-time budget"), ({"llm_max_tokens": 1000}, "token budget")):
+        summary = optimize(SILU, budget=6, store=str(tmp_path), device="cpu", executor="inline", profile=False,
+                           resume=run_id, **budgets)
+        assert why in summary["stop_reason"] and len(store.read("candidates", run_id)) == 2, summary
+
+
 def test_a_warm_start_evaluates_the_last_best_first(prefect_harness, tmp_path: Path) -> None:
     from flows.optimize import main as optimize
 
