@@ -27,7 +27,8 @@ from stages.peaks import KNOWN_PEAKS
 
 STAGE_COLORS = {"compile": "#1f77b4", "verify": "#2ca02c", "benchmark": "#ff7f0e", "profile": "#9467bd",
                 "llm": "#8c564b"}
-CONTENDER_COLORS = {"candidate": "#1f77b4", "eager": "#d62728", "compile": "#2ca02c", "compile_max": "#17becf"}
+CONTENDER_COLORS = {"candidate": "#1f77b4", "eager": "#d62728", "compile": "#2ca02c", "compile_max": "#17becf",
+                    "compile_max_nocg": "#9467bd"}
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1180px; color: #222; padding: 0 16px; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; }

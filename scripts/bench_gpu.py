@@ -12,9 +12,11 @@ Compute counters) and refined, one at a time, in stage processes. Each profile i
 (bench/profiles/<problem>.<contender>.json, stages/captured.py) so that `--rerefine` re-derives the cells with
 the current tools, offline.
 
-`--max-autotune` times the best candidate beside eager, torch.compile and torch.compile(mode="max-autotune") in
-one benchmark process per problem (max-autotune's compilation and autotuning take minutes, so it is opt-in and
-bounded by --autotune-timeout; a timeout or failure is recorded, not dropped).
+`--max-autotune` times the best candidate beside eager, torch.compile, torch.compile(mode="max-autotune") and
+mode="max-autotune-no-cudagraphs" in one benchmark process per problem (max-autotune's compilation and autotuning
+take minutes, so it is opt-in and bounded by --autotune-timeout; a timeout or failure is recorded, not dropped). Both
+max-autotune modes, because the first replays a CUDA graph, which copies every fresh input into the graph's own
+buffers first: with inputs that change between calls, as the benchmark's do, that copy can cost more than the kernel.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +41,7 @@ from artifacts.leaderboard import leaderboard  # noqa: E402
 from artifacts.store import Store  # noqa: E402
 
 if TYPE_CHECKING:
-    from stages.contracts import Candidate, Problem
+    from stages.contracts import Baseline, Candidate, Problem
 
 
 def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict:
@@ -147,13 +149,13 @@ def profile_only(args: argparse.Namespace) -> None:
         dest.write_text(json.dumps(data, indent=1, default=str))  # on the GPU machine: tar bench/ into $OUT
 
 
-def pending(args: argparse.Namespace, key: str) -> Iterator[tuple[Path, dict]]:
-    """The selected results (and their data) that lack `key` (all of them without --skip-done), until
-    --max-minutes has passed."""
+def pending(args: argparse.Namespace, key: str, done: Callable[[dict], bool] = bool) -> Iterator[tuple[Path, dict]]:
+    """The selected results (and their data) whose `key` is missing or not `done` (all of them without --skip-done),
+    until --max-minutes has passed."""
     deadline = time.monotonic() + args.max_minutes * 60
     for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
         data = json.loads(dest.read_text())
-        if args.skip_done and data.get(key):
+        if args.skip_done and data.get(key) and done(data[key]):
             continue
         if time.monotonic() > deadline:
             print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
@@ -179,18 +181,26 @@ def rebuild(problem: Problem, data: dict) -> Candidate | None:
     return cand
 
 
+TUNED: list[Baseline] = ["eager", "compile", "compile_max", "compile_max_nocg"]
+
+
+def tuned_all(cell: dict) -> bool:
+    """A max-autotune cell that timed every contender of TUNED (earlier ones lack the no-cudagraphs mode)."""
+    return cell["status"] != "ok" or all("compile_max_nocg" in t for t in cell["workloads"].values())
+
+
 def max_autotune(args: argparse.Namespace) -> None:
-    """The best candidate beside eager, torch.compile and torch.compile(mode="max-autotune") in one benchmark
-    process, for results that lack it; max-autotune's compile and autotuning count against --autotune-timeout."""
+    """The best candidate beside eager and torch.compile in its three modes (TUNED) in one benchmark process, for
+    results that lack it; max-autotune's compile and autotuning count against --autotune-timeout."""
     from stages.contracts import BenchmarkRequest
     from stages.executor import run_stage
     from stages.problem import load_problem
 
     work = Path(args.store) / "max-autotune"
-    for dest, data in pending(args, "max_autotune"):
+    for dest, data in pending(args, "max_autotune", tuned_all):
         problem = load_problem(ROOT / "problems" / f"{dest.stem}.py")
         req = BenchmarkRequest(problem=problem, candidate=rebuild(problem, data), device="cuda", sizes="gpu",
-                               baselines=["eager", "compile", "compile_max"], workdir=str(work / dest.stem),
+                               baselines=TUNED, workdir=str(work / dest.stem),
                                blob_dir=str(work / "blobs"), timeout_s=args.autotune_timeout)
         res = run_stage("benchmark", req)
         why = res.message if len(res.message) <= 500 else f"{res.message[:150]} ... {res.message[-350:]}"
@@ -204,19 +214,19 @@ def max_autotune(args: argparse.Namespace) -> None:
 
 
 def render_max_autotune(rows: list[dict]) -> str:
-    """Per problem and workload, the max-autotune call's medians (one process: eager, both compile modes, best)."""
-    lines = ["| problem | workload | eager us | torch.compile us | max-autotune us | best candidate us | "
-             "x max-autotune | note |", "|---|---|---|---|---|---|---|---|"]
+    """Per problem and workload, the max-autotune call's medians (one process: eager, the compile modes, best)."""
+    lines = ["| problem | workload | eager us | torch.compile us | max-autotune us | max-autotune-no-cudagraphs us | "
+             "best candidate us | x max-autotune | x no-cudagraphs | note |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cell = r.get("max_autotune")
         if not cell:
             continue
         if not cell["workloads"]:
-            lines.append(f"| {r['problem']} | - | - | - | - | - | - | {cell['status']}: {cell['message'][:100]} |")
+            lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | - | {cell['status']}: {cell['message'][:100]} |")
         for i, (w, t) in enumerate(sorted(cell["workloads"].items())):
             lines.append(f"| {r['problem'] if i == 0 else ''} | {w} | {fmt(t.get('eager'))} | {fmt(t.get('compile'))} | "
-                         f"{fmt(t.get('compile_max'))} | {fmt(t.get('candidate'))} | {ratio(t, 'compile_max')} | "
-                         f"{'' if i else cell['status']} |")
+                         f"{fmt(t.get('compile_max'))} | {fmt(t.get('compile_max_nocg'))} | {fmt(t.get('candidate'))} | "
+                         f"{ratio(t, 'compile_max')} | {ratio(t, 'compile_max_nocg')} | {'' if i else cell['status']} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 

@@ -19,9 +19,11 @@ def sha256_text(text: str) -> str:
 Backend = Literal["triton", "cuda", "cute", "torch"]
 Device = Literal["cuda", "cpu"]
 SizeSet = Literal["gpu", "cpu"]
-# compile: torch.compile's default mode; compile_max: mode="max-autotune" (opt-in: its autotuning takes minutes)
-Baseline = Literal["eager", "compile", "compile_max"]
-Contender = Literal["candidate", "eager", "compile", "compile_max"]  # what a timing or profile row measured
+# compile: torch.compile's default mode; compile_max: mode="max-autotune" (opt-in: its autotuning takes minutes);
+# compile_max_nocg: "max-autotune-no-cudagraphs", the same tuning without the CUDA graph, whose replay copies every
+# fresh input into the graph's own buffers first (on the H200 that copy made max-autotune 2-3x slower than default)
+Baseline = Literal["eager", "compile", "compile_max", "compile_max_nocg"]
+Contender = Literal["candidate", "eager", "compile", "compile_max", "compile_max_nocg"]  # what a row measured
 FailureKind = Literal[
     "compile_error",  # the toolchain rejected the source
     "import_error",  # the module failed to import or defines no ModelNew

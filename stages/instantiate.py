@@ -40,14 +40,16 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Any:
         raise classify(e) from e
 
 
-BASELINE_LABELS = {"eager": "eager PyTorch", "compile": "torch.compile", "compile_max": "torch.compile (max-autotune)"}
+BASELINE_LABELS = {"eager": "eager PyTorch", "compile": "torch.compile", "compile_max": "torch.compile (max-autotune)",
+                   "compile_max_nocg": "torch.compile (max-autotune-no-cudagraphs)"}
+MODES = {"compile": None, "compile_max": "max-autotune", "compile_max_nocg": "max-autotune-no-cudagraphs"}
 
 
 def baseline(name: str, ref: torch.nn.Module) -> Any:
-    """The reference as the user runs it: eager, or under torch.compile (default mode, or max-autotune)."""
+    """The reference as the user runs it: eager, or under torch.compile in one of its modes."""
     if name == "eager":
         return ref
-    return torch.compile(ref, mode="max-autotune") if name == "compile_max" else torch.compile(ref)
+    return torch.compile(ref, mode=MODES[name]) if MODES[name] else torch.compile(ref)
 
 
 def set_precision(policy: Policy) -> None:

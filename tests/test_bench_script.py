@@ -42,9 +42,19 @@ def test_max_autotune_records_what_happened_and_renders(tmp_path: Path):
     assert cell["status"] == "failed" and cell["message"] and cell["workloads"] == {}
     row = {"problem": "09_silu", "max_autotune": {"status": "ok", "message": "", "wall_s": 1.0, "workloads": {
         "gpu0": {"eager": [10.0, 9.0, 11.0], "compile": [6.0, 5.0, 7.0], "compile_max": [5.0, 4.0, 6.0],
-                 "candidate": [4.0, 3.0, 5.0]}}}}
-    assert "| 09_silu | gpu0 | 10.0 [9.0, 11.0] | 6.0 [5.0, 7.0] | 5.0 [4.0, 6.0] | 4.0 [3.0, 5.0] | 1.25 | ok |" in \
-        bench.render_max_autotune([row])
+                 "compile_max_nocg": [4.8, 4.0, 5.0], "candidate": [4.0, 3.0, 5.0]}}}}
+    assert "| 09_silu | gpu0 | 10.0 [9.0, 11.0] | 6.0 [5.0, 7.0] | 5.0 [4.0, 6.0] | 4.8 [4.0, 5.0] | 4.0 [3.0, 5.0] | " \
+        "1.25 | 1.20 | ok |" in bench.render_max_autotune([row])
+
+
+def test_a_max_autotune_cell_without_the_no_cudagraphs_mode_is_timed_again(tmp_path: Path):
+    """The first H200 cells (2026-11-30) timed max-autotune alone; --skip-done does those again, not failed ones."""
+    bench = bench_script()
+    old = {"status": "ok", "message": "", "wall_s": 1.0, "workloads": {"gpu0": {"eager": [1.0] * 3,
+                                                                                "compile_max": [2.0] * 3}}}
+    new = {**old, "workloads": {"gpu0": {**old["workloads"]["gpu0"], "compile_max_nocg": [1.0] * 3}}}
+    failed = {"status": "failed", "message": "timed out", "wall_s": 1.0, "workloads": {}}
+    assert [bench.tuned_all(c) for c in (old, new, failed)] == [False, True, True]
 
 
 def test_max_autotune_is_torch_compiles_own_mode(monkeypatch):
@@ -56,4 +66,5 @@ def test_max_autotune_is_torch_compiles_own_mode(monkeypatch):
     monkeypatch.setattr(torch, "compile", lambda model, mode=None: modes.append(mode) or model)
     ref = torch.nn.Identity()
     assert baseline("eager", ref) is ref and baseline("compile", ref) is ref and baseline("compile_max", ref) is ref
-    assert modes == [None, "max-autotune"]
+    assert baseline("compile_max_nocg", ref) is ref
+    assert modes == [None, "max-autotune", "max-autotune-no-cudagraphs"]
