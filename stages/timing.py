@@ -10,7 +10,9 @@ the device idles while the host issues the launch, and that idle time, which gro
 just before the call has cooled the CPU's caches, was timed (on the H200 a 500 us kernel timed 520-620 us by
 the harness depending on what ran before it, 501 us by KernelBench's procedure, whose longer flush covers more;
 docs/LOG.md 2026-11-30). Host time per call beyond the cover still counts: a launch-bound call is timed as
-launch-bound. Persisting L2 (a set-aside that survives the flush) is reset before
+launch-bound. The host's own time per call (from the start event's record to the end event's, the device
+spinning meanwhile) is kept too (`last_host_us`): back to back, a call whose host time exceeds its device time runs
+at the host's speed, whatever its kernels take. Persisting L2 (a set-aside that survives the flush) is reset before
 timing and checked after the candidate's calls (`persisting_l2_bytes`).
 """
 
@@ -46,6 +48,7 @@ class Timer:
         self.flush_buffer: torch.Tensor | None = None
         self.l2_bytes = 0
         self.last_tail_us: float | None = None  # CUDA: work the last call left on other streams, microseconds
+        self.last_host_us: float | None = None  # CUDA: the host's time issuing the last call, microseconds
         self.cover_cycles = 0
         if device == "cuda":
             self.l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -67,13 +70,16 @@ class Timer:
         start, end, after = (_Event(enable_timing=True) for _ in range(3))
         stream = _current_stream()
         _sleep(self.cover_cycles)  # the host queues the call's launches while the device spins: see COVER_US
+        h0 = _now_ns()
         _record(start, stream)
         out = fn(*args)
         _record(end, stream)
+        h1 = _now_ns()
         _synchronize()  # device-wide: work the call left on other streams is waited for too
         _record(after, stream)
         _synchronize()
         self.last_tail_us = _elapsed(end, after) * 1e3
+        self.last_host_us = (h1 - h0) / 1e3
         return _elapsed(start, end) * 1e3, out
 
 

@@ -30,6 +30,27 @@ def test_times_candidate_and_eager_per_workload(tmp_path: Path):
     assert result.speedup_vs_eager > 0 and result.speedup_vs_compile is None
 
 
+def test_host_time_per_call_is_kept_and_a_launch_bound_call_named(tmp_path: Path, monkeypatch):
+    """On a GPU the timer keeps the host's time per call beside the device's; here a stand-in reports three times
+    the measured time as host time for the candidate's calls alone (on a CPU the timer has none: host_us is None)."""
+    from stages.timing import Timer
+
+    assert all(t.host_us is None for t in bench("good", tmp_path / "cpu").timings)
+    real = Timer.time_us
+
+    def time_us(self, fn, args):
+        us, out = real(self, fn, args)
+        self.last_host_us = 3 * us if getattr(fn, "__self__", fn).__class__.__name__ == "ModelNew" else 0.5 * us
+        return us, out
+
+    monkeypatch.setattr(Timer, "time_us", time_us)
+    result = bench("good", tmp_path / "fake")
+    hosts = {(t.contender, t.workload): t.host_us / t.median_us for t in result.timings}
+    assert all(r > 1.5 for (c, _), r in hosts.items() if c == "candidate"), hosts
+    assert all(r < 1.0 for (c, _), r in hosts.items() if c == "eager"), hosts
+    assert "candidate is launch-bound on cpu0" in result.message and "eager is launch-bound" not in result.message
+
+
 def test_outputs_of_timed_calls_are_rechecked(tmp_path: Path):
     result = bench("right_only_when_verified", tmp_path, min_reps=60, max_reps=60)  # wrong from about rep 27 on
     assert (result.status, result.failure_kind) == ("failed", "mismatch") and "timed call" in result.message

@@ -30,6 +30,18 @@ def test_host_latency_under_the_cover_is_not_timed():
 
 
 @needs_gpu
+def test_the_host_time_of_a_call_is_kept_beside_its_device_time():
+    """A call that spends 0.6 COVER_US on the host before a one-microsecond kernel: launch-bound, and the timer says
+    so (its device time alone is well under it)."""
+    timer, call = Timer("cuda"), _late_launch(0.6 * COVER_US)
+    hosts = []
+    for _ in range(30):
+        timer.time_us(call, [])
+        hosts.append(timer.last_host_us)
+    assert 0.6 * COVER_US <= median_ci(hosts)[0] < 0.6 * COVER_US + 200, hosts
+
+
+@needs_gpu
 def test_host_latency_beyond_the_cover_is_timed():
     timer, call = Timer("cuda"), _late_launch(4 * COVER_US)
     med = median_ci([timer.time_us(call, [])[0] for _ in range(20)])[0]
