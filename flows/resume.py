@@ -3,9 +3,9 @@
 `restore(run)` rebuilds a run's search state from its own tables: the candidates in the order they were tried,
 each one's fate (a compile, verify or benchmark failure with its evidence; a verified speedup; a ladder's pruning),
 the incumbent, the profile feedback and actions, what it spent of its device-time and LLM budgets, and the
-strategy's last saved state (search_state table). It
-returns the candidates that were proposed but never finished evaluating (the process died mid-candidate): the
-search evaluates those first, so nothing is lost and nothing is proposed twice. A round interrupted mid-way (the
+strategy's last saved state (search_state table). It returns the candidates that were proposed but never finished
+evaluating (the process died mid-candidate): the search evaluates those first, so nothing is lost and nothing is
+proposed twice. A round interrupted mid-way (the
 agents strategy's) is put back in run.round instead, what is left of it: its candidates, the one under way included,
 are evaluated by the round, each for the turn (agent) that proposed it.
 `last_best(store, problem)` is the best candidate of the latest finished run of the same problem (same source
