@@ -20,6 +20,7 @@ from typing import Literal
 
 import pandas as pd
 
+from artifacts.problem_runs import runs_of
 from artifacts.store import Store
 from artifacts.tables import model_of
 from flows.run import Run
@@ -120,10 +121,13 @@ def unfinished(round_: list[Proposal], done: set[str]) -> list[Proposal]:
 
 def last_best(store: Store, problem: Problem, run_id: str | None = None) -> Candidate | None:
     """The best candidate of the latest finished run of this problem (same source), or of run `run_id` only (a
-    campaign starts from its previous campaign's run); None when there is none."""
-    runs = store.runs(run_id)  # a named run: its partition only (a campaign's warm start, once per problem)
-    if runs.empty:
+    campaign starts from its previous campaign's run); None when there is none. It reads the runs partitions of
+    the problem's own runs (artifacts/problem_runs.py), not the whole runs table."""
+    named = [run_id] if run_id is not None else runs_of(store, problem.id)
+    frames = [f for f in (store.runs(run) for run in named) if not f.empty]
+    if not frames:
         return None
+    runs = pd.concat(frames, ignore_index=True)
     finished = runs[(runs.problem_id == problem.id) & (runs.status == "finished") & runs.best_candidate_id.notna()]
     for record in finished.sort_values("updated_at", ascending=False).to_dict("records"):
         problems = store.read("problems", record["run_id"])

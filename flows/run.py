@@ -19,6 +19,7 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from artifacts.blobs import get_bytes
+from artifacts.problem_runs import index
 from artifacts.store import Store
 from artifacts.winner import winner
 from flows.tasks import benchmark_task, compile_task, generate_task, profile_task, refine_task, verify_task
@@ -84,8 +85,9 @@ class Run:
                  backend: Backend | None = None, seed: int = 0, model: str | None = None, mode: Mode = "subprocess",
                  baselines: list[Baseline] | None = None, timeout_s: float = 600.0, resume: str | None = None,
                  run_id: str | None = None):
-        """`resume`: the id of a run in the store to continue (its problem row is not written again); else `run_id`,
-        the id of the new run (a campaign names its entries' runs up front), else a fresh one (new_run_id)."""
+        """`resume`: the id of a run in the store to continue (its problem and problem_runs rows are not written
+        again); else `run_id`, the id of the new run (a campaign names its entries' runs up front), else a fresh one
+        (new_run_id)."""
         self.id = resume or run_id or new_run_id(problem.id)
         self.problem, self.store, self.device, self.sizes = problem, store, device, sizes
         self.proposer, self.backend, self.seed, self.model = proposer, backend, seed, model
@@ -116,6 +118,7 @@ class Run:
         self.precompiled: dict[str, CompileResult] = {}  # compiled ahead by propose_round, not yet recorded
         self.round: list[Proposal] = []  # the round in progress: its turns not yet evaluated (saved with the state)
         if resume is None:
+            index(store, problem.id, self.id)
             store.append("problems", self.id, [problem])
         store.append("runs", self.id, [self.record])
 

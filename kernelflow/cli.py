@@ -60,6 +60,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def _judge(args: argparse.Namespace, timed: bool) -> int:
+    from artifacts.problem_runs import index
     from artifacts.store import Store
     from stages import defaults
     from stages.candidate import backend_of
@@ -111,6 +112,7 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     timed_result = cast(BenchmarkResult, run_stage("benchmark", BenchmarkRequest.model_validate(dict(
         problem=problem, candidate=candidate, device=device, sizes=sizes, baselines=baselines,
         workdir=str(work / "benchmark"), **common)), mode))
+    index(store, problem.id, run_id)  # a run that timed the problem: `kernelflow export` considers it
     store.append_benchmark(run_id, timed_result)
     kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
     print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")

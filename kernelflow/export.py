@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 from pydantic import BaseModel
 
+from artifacts.problem_runs import runs_of
 from artifacts.store import Store
 from artifacts.tables import model_of
 from artifacts.winner import Winner, winner
@@ -77,19 +78,20 @@ def _own_benchmark(store: Store, run_id: str, candidate_id: str) -> BenchmarkRes
     return model_of(BenchmarkResult, row) if row else None
 
 
-def _timed(store: Store, problem_id: str, run_id: str | None = None) -> tuple[list[str], list[pd.DataFrame]]:
-    """The runs whose benchmarks or baselines timed the problem (of run `run_id` alone, if named), and those rows."""
-    frames = [f for f in (store.read("benchmarks", run_id), store.read("baselines", run_id)) if not f.empty]
-    return sorted({str(r) for f in frames for r in f.run_id[f.problem_id == problem_id]}), frames
+def _timed(store: Store, problem_id: str, run_id: str | None = None) -> list[str]:
+    """The runs whose benchmarks or baselines timed the problem: run `run_id` alone if named, else of the problem's
+    runs (artifacts/problem_runs.py), each run's own partitions read."""
+    frames = [f for run in ([run_id] if run_id is not None else runs_of(store, problem_id))
+              for f in (store.read("benchmarks", run), store.read("baselines", run)) if not f.empty]
+    return sorted({str(r) for f in frames for r in f.run_id[f.problem_id == problem_id]})
 
 
 def choose(store: Store, problem_id: str, run_id: str | None = None, even_if_slower: bool = False) -> Choice:
     """The kernel to export, or ExportError saying why there is none."""
-    # The tables are partitioned by run, not by problem: a named run's own partitions answer for it, and only finding
-    # every run of the problem (or which ones timed it, when the named one did not) reads them whole.
-    if run_id is None or not _timed(store, problem_id, run_id)[0]:
-        timed, frames = _timed(store, problem_id)
-        if not timed:
+    if run_id is None or not _timed(store, problem_id, run_id):
+        timed = _timed(store, problem_id)
+        if not timed:  # naming what the store holds instead is the one read of these tables whole
+            frames = [f for f in (store.read("benchmarks"), store.read("baselines")) if not f.empty]
             known = sorted({str(p) for f in frames for p in f.problem_id})
             raise ExportError(f"no run in {store.location} timed problem {problem_id!r}: "
                               + (f"it holds {', '.join(known)}" if known else "the store holds no benchmark"))

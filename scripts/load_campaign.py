@@ -98,13 +98,16 @@ def write_suite(where: Path, n_problems: int, candidates: int, executor: str, pr
 
 def history(store_root: Path, runs: int) -> None:
     """Earlier nights in the store: `runs` finished optimize runs of another problem, two runs-table parts each (as a
-    real run writes, when it starts and when it ends), so a read that scans the whole table shows up."""
+    real run writes, when it starts and when it ends) and its problem_runs row, so a read that scans the whole table
+    shows up."""
+    from artifacts.problem_runs import index
     from artifacts.store import Store
     from stages.contracts import RunRecord
 
     store = Store(store_root)
     for i in range(runs):
         when = f"2026-10-{1 + i % 28:02d}T02:00:00+00:00"
+        index(store, "earlier", f"20261001T020000-earlier-{i:06x}")
         for status in ("running", "finished"):
             store.append("runs", f"20261001T020000-earlier-{i:06x}", [RunRecord(
                 problem_id="earlier", status=status, started_at=when, updated_at=when, device="cpu", sizes="cpu",

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from artifacts.problem_runs import COMPLETE, index
 from artifacts.store import Store
 from artifacts.tables import model_of
 from kernelflow.export import ExportError, export
@@ -29,7 +30,9 @@ from stages.contracts import (
     Timing,
     VerifyResult,
 )
+from tests.test_campaign import recording
 from tests.test_cli import kf
+from tests.test_problem_runs import parts_read
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = "17_elementwise_chain"
@@ -89,6 +92,7 @@ def with_gpu_win(cpu_run: tuple[Path, dict], root: Path) -> Store:
     """A copy of the CPU run's store plus a run whose benchmark call on an H200 has its best candidate winning."""
     shutil.copytree(cpu_run[0], root)
     store, run, cid = Store(root), cpu_run[1]["run_id"], cpu_run[1]["best_candidate_id"]
+    index(store, PROBLEM, GPU_RUN)  # as a run does when it starts
     for table, model, key in (("problems", Problem, "id"), ("candidates", Candidate, "id"),
                               ("compiles", CompileResult, "candidate_id"), ("verifications", VerifyResult, "candidate_id")):
         frame = store.read(table, run)
@@ -148,30 +152,36 @@ def test_the_winner_exports_as_a_drop_in_package(cpu_run, tmp_path: Path):
     assert len(result["ratios"]) == 6 and max(result["ratios"].values()) <= 1.0, result["ratios"]
 
 
-def test_an_export_reads_the_runs_it_considers_and_never_the_whole_runs_table(cpu_run, tmp_path: Path, monkeypatch):
-    """A named run's export reads that run's partitions alone, however many other runs the store holds (whole-table
-    reads grew with every night: BENCHMARKS.md, "Load"); an export over every run reads the benchmarks and baselines
-    tables whole, as it must to find the runs of the problem, but not the runs table."""
+def test_an_export_reads_the_problems_own_runs_however_many_other_runs_the_store_holds(cpu_run, tmp_path: Path,
+                                                                                         monkeypatch):
+    """A named run's export reads that run's partitions alone; an export over every run finds the problem's runs in
+    its problem_runs partition and reads theirs: no table whole, and no more parts with twice as many runs of another
+    problem in the store (whole-table reads grew with every night: BENCHMARKS.md, "Load")."""
     store = with_gpu_win(cpu_run, tmp_path / "store")
-    for i in range(20):  # other nights, another problem
-        other, when = f"20261101T020000-other-{i:06x}", "2026-11-01T02:00:00+00:00"
-        store.append("runs", other, [RunRecord(problem_id="other", status="finished", started_at=when, updated_at=when,
-                                               device="cuda", sizes="gpu", budget_candidates=1, proposer="builtin",
-                                               code_version="old")])
-        store.append("benchmarks", other, [BenchmarkResult(candidate_id="k", problem_id="other", status="ok",
-                                                           device="cuda", sizes="gpu", speedup_vs_eager=9.0)])
-    real, reads = Store.read, []
 
-    def counted(self: Store, table: str, run: str | None = None):
-        reads.append((table, run))
-        return real(self, table, run)
+    def other_nights(first: int) -> None:  # runs of another problem, recorded as a run records them
+        for i in range(first, first + 15):
+            other, when = f"20261101T020000-other-{i:06x}", "2026-11-01T02:00:00+00:00"
+            index(store, "other", other)
+            store.append("runs", other, [RunRecord(problem_id="other", status="finished", started_at=when,
+                                                   updated_at=when, device="cuda", sizes="gpu", budget_candidates=1,
+                                                   proposer="builtin", code_version="old")])
+            store.append_benchmark(other, BenchmarkResult(candidate_id="k", problem_id="other", status="ok",
+                                                          device="cuda", sizes="gpu", speedup_vs_eager=9.0))
 
-    monkeypatch.setattr(Store, "read", counted)
+    other_nights(0)
+    reads, parts = recording(monkeypatch), parts_read(monkeypatch)
     assert export(store, PROBLEM, tmp_path / "named", run_id=GPU_RUN)["code_version"] == "abc123"
     assert {run for _, run in reads} == {GPU_RUN}, reads
     reads.clear()
+    parts.clear()
     assert export(store, PROBLEM, tmp_path / "any")["run_id"] == GPU_RUN
-    assert {table for table, run in reads if run is None} == {"benchmarks", "baselines"}, reads
+    assert {run for _, run in reads} == {GPU_RUN, cpu_run[1]["run_id"], PROBLEM, COMPLETE}, reads
+    n_parts = len(parts)
+    other_nights(15)
+    parts.clear()
+    assert export(store, PROBLEM, tmp_path / "again")["run_id"] == GPU_RUN
+    assert len(parts) == n_parts, parts
 
 
 def test_export_errors_say_what_is_wrong(cpu_run, tmp_path: Path):

@@ -74,6 +74,48 @@ def test_a_warm_start_evaluates_the_last_best_first(prefect_harness, tmp_path: P
     assert cands.id.iloc[0] == first["best_candidate_id"] and len(cands) == 2
 
 
+def test_a_warm_start_outside_a_campaign_reads_the_problems_own_runs_however_many_others_the_store_holds(
+        tmp_path: Path, monkeypatch) -> None:
+    """last_best without a run id finds the problem's runs in its problem_runs partition and reads theirs alone: no
+    table whole, and no more parts with twice as many runs of another problem in the store."""
+    from artifacts.problem_runs import COMPLETE, index, partition
+    from flows.resume import last_best
+    from stages.contracts import Candidate, Origin, RunRecord
+    from stages.problem import load_problem
+    from tests.test_campaign import recording
+    from tests.test_problem_runs import parts_read
+
+    problem, store = load_problem(SILU), Store(tmp_path)
+
+    def night(run: str, problem_id: str, when: str, status: str = "finished") -> None:  # as a run records it
+        cand = Candidate.make(problem_id, "triton", f"class ModelNew: pass  # {run}", Origin(kind="builtin",
+                                                                                              proposer="x"))
+        index(store, problem_id, run)
+        store.append("problems", run, [problem.model_copy(update={"id": problem_id})])
+        store.append("candidates", run, [cand])
+        for row_status in ("running", status):
+            store.append("runs", run, [RunRecord(problem_id=problem_id, status=row_status, started_at=when,
+                                                 updated_at=when, device="cpu", sizes="cpu", budget_candidates=1,
+                                                 proposer="builtin", best_candidate_id=cand.id, code_version="c")])
+
+    night("silu-older", problem.id, "2026-11-28T02:00:00+00:00")
+    night("silu-newer", problem.id, "2026-11-29T02:00:00+00:00")
+    night("silu-failed", problem.id, "2026-11-30T02:00:00+00:00", "failed")
+    others = [f"20261201T020000-other-{i:06x}" for i in range(30)]
+    for run in others[:15]:
+        night(run, "other", "2026-12-01T02:00:00+00:00")
+    reads, parts = recording(monkeypatch), parts_read(monkeypatch)
+    assert last_best(store, problem).source.endswith("silu-newer")  # type: ignore[union-attr]
+    expected = {"silu-older", "silu-newer", "silu-failed", partition(problem.id), COMPLETE}
+    assert None not in {run for _, run in reads} and {run for _, run in reads} <= expected, reads
+    n_parts = len(parts)
+    for run in others[15:]:
+        night(run, "other", "2026-12-02T02:00:00+00:00")
+    parts.clear()
+    assert last_best(store, problem).source.endswith("silu-newer")  # type: ignore[union-attr]
+    assert len(parts) == n_parts, parts
+
+
 def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harness, tmp_path: Path,
                                                                     monkeypatch) -> None:
     """optimize(run_id=R) when the store already has run R (Prefect running the same flow run again after a crash,
