@@ -1,6 +1,7 @@
 """Integrity: one defence per way of cheating, each shown by an adversarial fixture and its verdict; the honest
-candidates still pass (docs/INTEGRITY.md). CUDA-only paths (side streams, persisting L2) are tested here through
-their decision logic only; their fixtures run on a GPU."""
+candidates still pass (docs/INTEGRITY.md). The fixture tables run on the CPU and, where there is one, on a GPU (real
+Triton launches, device tensors; skipped without one). CUDA-only paths (side streams, persisting L2) are tested
+here through their decision logic; their fixtures run on a GPU (tests/test_integrity_gpu.py)."""
 
 import json
 import os
@@ -36,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
 TORCH_COMPUTE = SOFTMAX.policy.model_copy(update={"allow_torch_compute": True})  # for the plain-PyTorch fixtures
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the lead runs it on the H200)")
+DEVICES = ["cpu", pytest.param("cuda", marks=needs_gpu)]  # on the GPU too: the problem's small shapes on the device
 
 # fixture -> words its `cheat` verdict names, verified inline
 VERIFY_CHEATS = {
@@ -83,34 +86,42 @@ def verify(name: str, tmp_path: Path, mode: str = "inline", **kw):
     return run_stage("verify", request, mode)  # type: ignore[arg-type]
 
 
-def bench(name: str, tmp_path: Path):
+def bench(name: str, tmp_path: Path, device: str = "cpu", **kw):
     request = BenchmarkRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
-                               candidate=candidate(name), baselines=["eager"], min_reps=10, max_reps=40)
+                               candidate=candidate(name), device=device, baselines=["eager"], min_reps=10,
+                               max_reps=40, **kw)
     return run_stage("benchmark", request, "inline")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(VERIFY_CHEATS))
-def test_verify_calls_each_cheat_a_cheat(name: str, tmp_path: Path):
-    result = verify(name, tmp_path)
+def test_verify_calls_each_cheat_a_cheat(name: str, device: str, tmp_path: Path):
+    result = verify(name, tmp_path, device=device)
     assert (result.failure_kind, VERIFY_CHEATS[name] in result.message) == ("cheat", True), result.message
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(SUBPROCESS_CHEATS))
-def test_cheats_that_outlive_the_candidate_are_caught_in_their_own_process(name: str, tmp_path: Path):
-    result = verify(name, tmp_path, "subprocess", trials=1)
+def test_cheats_that_outlive_the_candidate_are_caught_in_their_own_process(name: str, device: str, tmp_path: Path):
+    result = verify(name, tmp_path, "subprocess", trials=1, device=device)
     assert (result.failure_kind, SUBPROCESS_CHEATS[name] in result.message) == ("cheat", True), result.message
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(BENCHMARK_CHEATS))
-def test_benchmark_calls_each_timed_cheat_a_cheat(name: str, tmp_path: Path):
-    assert verify(name, tmp_path / "v", trials=1).status == "ok"  # verification alone does not see it
-    result = bench(name, tmp_path)
+def test_benchmark_calls_each_timed_cheat_a_cheat(name: str, device: str, tmp_path: Path):
+    assert verify(name, tmp_path / "v", trials=1, device=device).status == "ok"  # verification alone does not see it
+    result = bench(name, tmp_path, device)
     assert (result.failure_kind, BENCHMARK_CHEATS[name] in result.message) == ("cheat", True), result.message
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(DEFECTS))
-def test_wrong_outputs_keep_their_defect_kind(name: str, tmp_path: Path):
-    assert verify(name, tmp_path).failure_kind == DEFECTS[name]
+def test_wrong_outputs_keep_their_defect_kind(name: str, device: str, tmp_path: Path):
+    """stale_memory on a GPU is the caching allocator's case: empty_like gets the block the reference's output
+    was freed to."""
+    result = verify(name, tmp_path, device=device)
+    assert result.failure_kind == DEFECTS[name], result.message
 
 
 def test_a_refused_write_leaves_nothing_behind(tmp_path: Path):
