@@ -61,8 +61,9 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
             run.recorded.add(candidate.id)
     for record in _rows(store, "compiles", run.id):
         run.compiled[record["candidate_id"]] = model_of(CompileResult, record)
+    rows = {table: _rows(store, table, run.id) for table, _ in STAGES}
     for table, stage in STAGES:
-        for record in _rows(store, table, run.id):
+        for record in rows[table]:
             cid = record["candidate_id"]
             if cid not in run.candidates:
                 continue
@@ -86,7 +87,7 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
             run.feedback[record["candidate_id"]] = record.get("text") or ""
             run.actions[record["candidate_id"]] = [Action(**f["action"]) for f in findings
                                                    if not (f.get("explained_by") or f.get("not_own"))]
-    spend(run)
+    spend(run, rows["verifications"] + rows["benchmarks"])
     states = _rows(store, "search_state", run.id)
     state = model_of(SearchState, states[-1]) if states else None
     if state is not None:
@@ -96,15 +97,14 @@ def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
     return [run.candidates[c] for c in run.tried if c not in done and c not in in_round], state
 
 
-def spend(run: Run) -> None:
+def spend(run: Run, checked: list[dict]) -> None:
     """What the run spent before it stopped, charged again: its device seconds (every verify, candidate benchmark
-    and profile call, as run.py charges them) and its LLM calls, so a resumed run keeps the budgets it was given
-    rather than starting them anew. Wall time is the resumed process's own (the hours between are nobody's)."""
-    store = run.store
-    timed = [r for r in _rows(store, "benchmarks", run.id) if isinstance(r.get("candidate_id"), str)]
-    calls = _rows(store, "verifications", run.id) + timed + _rows(store, "profiles", run.id)
+    and profile call, as run.py charges them; `checked`: the verifications and benchmarks rows, read already) and its
+    LLM calls, so a resumed run keeps the budgets it was given rather than starting them anew. Wall time is the
+    resumed process's own (the hours between are nobody's)."""
+    calls = [r for r in checked if isinstance(r.get("candidate_id"), str)] + _rows(run.store, "profiles", run.id)
     run.gpu_s = sum(float(r["duration_s"]) for r in calls if pd.notna(r.get("duration_s")))
-    for record in _rows(store, "llm_calls", run.id):
+    for record in _rows(run.store, "llm_calls", run.id):
         run.llm.charge(model_of(LLMCall, record))
 
 

@@ -49,7 +49,7 @@ def baseline(name: str, ref: torch.nn.Module) -> Any:
     """The reference as the user runs it: eager, or under torch.compile in one of its modes."""
     if name == "eager":
         return ref
-    return torch.compile(ref, mode=MODES[name]) if MODES[name] else torch.compile(ref)
+    return torch.compile(ref, mode=MODES[name])
 
 
 def set_precision(policy: Policy) -> None:
