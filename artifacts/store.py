@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from artifacts.mirror import Mirror
 
 TABLES = ("runs", "problems", "candidates", "compiles", "verifications", "benchmarks", "timings", "baselines",
-          "profiles", "feedback", "llm_calls", "search_state", "rungs", "campaigns", "campaign_problems", "problem_runs")
+          "profiles", "feedback", "llm_calls", "search_state", "rungs", "campaigns", "campaign_problems",
+          "problem_runs")
 
 
 def local_copy(url: str) -> Path:

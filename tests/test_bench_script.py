@@ -43,8 +43,10 @@ def test_max_autotune_records_what_happened_and_renders(tmp_path: Path):
     row = {"problem": "09_silu", "max_autotune": {"status": "ok", "message": "", "wall_s": 1.0, "workloads": {
         "gpu0": {"eager": [10.0, 9.0, 11.0], "compile": [6.0, 5.0, 7.0], "compile_max": [5.0, 4.0, 6.0],
                  "compile_max_nocg": [4.8, 4.0, 5.0], "candidate": [4.0, 3.0, 5.0]}}}}
-    assert "| 09_silu | gpu0 | 10.0 [9.0, 11.0] | 6.0 [5.0, 7.0] | 5.0 [4.0, 6.0] | 4.8 [4.0, 5.0] | 4.0 [3.0, 5.0] | " \
-        "1.25 | 1.20 | ok |" in bench.render_max_autotune([row])
+    assert "| 09_silu | gpu0 | 10.0 [9.0, 11.0] | 6.0 [5.0, 7.0] | 5.0 [4.0, 6.0] | 4.8 [4.0, 5.0] | " \
+        "4.0 [3.0, 5.0] | 1.25 | 1.20 | ok |" in bench.render_max_autotune([row])
+    failed = {"problem": "09_silu", "max_autotune": {"status": "failed", "message": "timed out", "workloads": {}}}
+    assert "| 09_silu | - | - | - | - | - | - | - | - | failed: timed out |" in bench.render_max_autotune([failed])
 
 
 def test_a_max_autotune_cell_without_the_no_cudagraphs_mode_is_timed_again(tmp_path: Path):

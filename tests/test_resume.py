@@ -58,7 +58,8 @@ def test_a_resumed_run_keeps_what_it_spent_of_its_budgets(prefect_harness, tmp_p
                                                tokens_out=300, started_at="2026-11-30T00:00:00+00:00")])
     spent = sum(float(store.read(t, run_id).duration_s.sum()) for t in ("verifications", "benchmarks"))
     assert spent > 0
-    for budgets, why in (({"gpu_s_budget": spent - 1e-6}, "device-time budget"), ({"llm_max_tokens": 1000}, "token budget")):
+    for budgets, why in (({"gpu_s_budget": spent - 1e-6}, "device-time budget"),
+                         ({"llm_max_tokens": 1000}, "token budget")):
         summary = optimize(SILU, budget=6, store=str(tmp_path), device="cpu", executor="inline", profile=False,
                            resume=run_id, **budgets)
         assert why in summary["stop_reason"] and len(store.read("candidates", run_id)) == 2, summary
