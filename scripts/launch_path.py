@@ -1,0 +1,145 @@
+"""How long the host takes to issue a Triton kernel right after a device sync, by launch path (issue 8, part 5).
+
+KernelBench's procedure (scripts/agreement.py) records its start event behind a 256 MiB L2 flush and times up to
+an event after the call. If the host takes longer to reach the call's first launch than the flush keeps the device
+busy, the device idles inside the timed span and the gap is timed. The seventh session's records showed that gap on
+Triton candidates of 480-740 us (an exported ModelNew), while eager agreed. This script measures where the host's
+time goes, on one pointwise kernel (y = 2x + 1, fp32, `--numel` elements), for these launch paths:
+
+- `torch`: `torch.add(x, x, out=y)`, one ATen call: the control, what eager's first launch costs;
+- `jit`: the @triton.jit function launched as templates do, `kernel[grid](x, y, n, BLOCK=...)`, output given;
+- `module`: what a template's ModelNew does: nn.Module call, `.contiguous()`, `torch.empty`, then the `jit` launch;
+- `compiled`: the CompiledKernel the JIT returned, launched through its own runner (`compiled[grid](...)`): no
+  argument binding, no specialization, no cache lookup;
+- `raw`: that kernel's launcher called directly with a stream fetched once (the floor of a Python launch).
+
+Per path: the host time of one call with the device busy (`warm_host_us`, as agreement.py's host_launch_us), the
+host time of one call right after KernelBench's sync and flush (`cold_host_us`), KernelBench's procedure (`kb_us`),
+and the same procedure with a device spin after the flush that hides the host path (`covered_us`). `kb_us -
+covered_us` is the host path the procedure timed. Medians and 10/90th percentiles of 100 calls.
+
+Needs CUDA (refuses otherwise). `--out FILE` writes the JSON record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+
+BLOCK = 1024
+TRIALS = 100
+
+
+def quantiles(xs: list[float]) -> dict[str, float]:
+    qs = statistics.quantiles(xs, n=10)
+    return {"median": statistics.median(xs), "p10": qs[0], "p90": qs[-1]}
+
+
+def cold_host_us(fn: Callable[[], Any], flush_bytes: int, trials: int = TRIALS) -> list[float]:
+    """Host time of one call issued right after KernelBench's per-call sequence: synchronize, events, flush."""
+    import torch
+
+    samples = []
+    for _ in range(trials):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        scratch = torch.empty(flush_bytes // 8, dtype=torch.int64, device="cuda")
+        scratch.fill_(42)
+        del scratch
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+        end.record()
+    torch.cuda.synchronize()
+    return samples
+
+
+def paths(numel: int) -> dict[str, Callable[[], Any]]:
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def affine(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + 1.0, mask=mask)
+
+    x = torch.randn(numel, device="cuda")
+    y = torch.empty_like(x)
+    grid = (triton.cdiv(numel, BLOCK),)
+    compiled = affine[grid](x, y, numel, BLOCK=BLOCK)
+    runner = compiled[grid]
+    stream = torch.cuda.current_stream().cuda_stream
+
+    class Module(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            p0 = x.contiguous()
+            out = torch.empty(p0.shape, device=p0.device, dtype=torch.float32)
+            n = p0.numel()
+            affine[(triton.cdiv(n, BLOCK),)](p0, out, n, BLOCK=BLOCK)
+            return out
+
+    module = Module()
+
+    def raw() -> None:
+        compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
+                     x, y, numel, BLOCK)
+
+    return {
+        "torch": lambda: torch.add(x, x, out=y),
+        "jit": lambda: affine[grid](x, y, numel, BLOCK=BLOCK),
+        "module": lambda: module(x),
+        "compiled": lambda: runner(x, y, numel, BLOCK),
+        "raw": raw,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--numel", type=int, default=1 << 27, help="elements of the fp32 input (default 128 Mi: ~1 GiB "
+                    "of traffic, ~300 us on an H200)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("launch_path.py measures CUDA launches: no CUDA device here")
+    from agreement import COVER_DIAG_US, KB_FLUSH_BYTES, host_launch_us, kernelbench_times_ms
+
+    record: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "numel": args.numel, "trials": TRIALS, "paths": {}}
+    import triton
+
+    record["triton"] = triton.__version__
+    for name, fn in paths(args.numel).items():
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        kb = kernelbench_times_ms(lambda: fn(), [], "cuda", trials=TRIALS)
+        covered = kernelbench_times_ms(lambda: fn(), [], "cuda", trials=TRIALS, cover_us=COVER_DIAG_US)
+        cell = {"warm_host_us": host_launch_us(lambda: fn(), [], "cuda"),
+                "cold_host_us": quantiles(cold_host_us(fn, KB_FLUSH_BYTES)),
+                "kb_us": quantiles([t * 1e3 for t in kb]),
+                "covered_us": quantiles([t * 1e3 for t in covered])}
+        cell["timed_host_us"] = cell["kb_us"]["median"] - cell["covered_us"]["median"]
+        record["paths"][name] = cell
+        print(f"{name:9s} warm host {cell['warm_host_us']:7.1f} us, cold host {cell['cold_host_us']['median']:7.1f} "
+              f"(p90 {cell['cold_host_us']['p90']:.1f}), KernelBench {cell['kb_us']['median']:7.1f}, covered "
+              f"{cell['covered_us']['median']:7.1f}: timed host path {cell['timed_host_us']:6.1f} us", flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1))
+
+
+if __name__ == "__main__":
+    main()
