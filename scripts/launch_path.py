@@ -126,9 +126,9 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
-        kb = kernelbench_times_ms(lambda: fn(), [], "cuda", trials=TRIALS)
-        covered = kernelbench_times_ms(lambda: fn(), [], "cuda", trials=TRIALS, cover_us=COVER_DIAG_US)
-        cell = {"warm_host_us": host_launch_us(lambda: fn(), [], "cuda"),
+        kb = kernelbench_times_ms(fn, [], "cuda", trials=TRIALS)
+        covered = kernelbench_times_ms(fn, [], "cuda", trials=TRIALS, cover_us=COVER_DIAG_US)
+        cell = {"warm_host_us": host_launch_us(fn, [], "cuda"),
                 "cold_host_us": quantiles(cold_host_us(fn, KB_FLUSH_BYTES)),
                 "kb_us": quantiles([t * 1e3 for t in kb]),
                 "covered_us": quantiles([t * 1e3 for t in covered])}
