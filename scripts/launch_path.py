@@ -77,7 +77,7 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
 
     x = torch.randn(numel, device="cuda")
     y = torch.empty_like(x)
-    grid = (triton.cdiv(numel, BLOCK),)
+    grid = (triton.cdiv(numel, BLOCK), 1, 1)
     compiled = affine[grid](x, y, numel, BLOCK=BLOCK)
     runner = compiled[grid]
     stream = torch.cuda.current_stream().cuda_stream
@@ -93,7 +93,7 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
     module = Module()
 
     def raw() -> None:
-        compiled.run(grid[0], 1, 1, stream, compiled.function, compiled.packed_metadata, None, None, None,
+        compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None,
                      x, y, numel, BLOCK)
 
     return {
