@@ -18,6 +18,14 @@ host time of one call right after KernelBench's sync and flush (`cold_host_us`),
 and the same procedure with a device spin after the flush that hides the host path (`covered_us`). `kb_us -
 covered_us` is the host path the procedure timed. Medians and 10/90th percentiles of 100 calls.
 
+`--problems 14,21`: instead, the best candidates of bench/results (rebuilt from their family and parameters, as
+scripts/agreement.py does), each on its GPU shapes, in KernelBench's per-call sequence with three events more: one
+before the flush, and one recorded from Triton's launch-enter hook just before the call's first kernel launch. The
+device reaches the hook's event when both the flush is done and the host has issued it, so `flush_us` (before-flush
+event to start event) is how long the flush keeps the device busy, and `idle_us` (start event to the hook's event) is
+how long the device then waited for the host to reach the first launch: the part of KernelBench's time that is not
+the kernels'. `kernel_us` is the hook's event to the end event. The hook itself adds a few microseconds of host time.
+
 Needs CUDA (refuses otherwise). `--out FILE` writes the JSON record.
 """
 
@@ -105,10 +113,81 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
     }
 
 
+def first_launch(problem_id: str, trials: int = TRIALS) -> dict[str, Any]:
+    """KernelBench's per-call sequence on one problem's rebuilt best candidate, with the device's wait for the
+    host's first launch measured by an event from Triton's launch-enter hook (module doc)."""
+    import tempfile
+
+    import torch
+    from agreement import KB_FLUSH_BYTES
+    from bench_gpu import rebuild
+    from triton import knobs
+
+    from stages.inputs import draw, trial_seed
+    from stages.instantiate import build, set_precision
+    from stages.problem import import_file, import_problem, load_problem
+
+    problem = load_problem(ROOT / "problems" / f"{problem_id}.py")
+    cand = rebuild(problem, json.loads((ROOT / "bench" / "results" / f"{problem_id}.json").read_text()))
+    if cand is None:
+        raise ValueError(f"{problem_id}: bench/results has no best candidate to rebuild")
+    path = Path(tempfile.mkdtemp()) / f"kf_launch_{cand.id}.py"
+    path.write_text(cand.source)
+    set_precision(problem.policy)
+    module, new_module = import_problem(problem.path), import_file(path, path.stem)
+    marks: list[torch.cuda.Event] = []
+
+    def hook(_: Any) -> None:
+        if not marks:
+            marks.append(torch.cuda.Event(enable_timing=True))
+            marks[0].record()
+
+    record: dict[str, Any] = {"candidate_id": cand.id, "origin": cand.origin.model_dump(), "workloads": {}}
+    for w in problem.workloads("gpu"):
+        _, new = build(module, new_module.ModelNew, w, "cuda", seed=trial_seed(0, w.name, "init"))
+        inputs = draw(module, w, trial_seed(0, w.name, "bench", 0), "declared", "cuda")
+        for _ in range(3):
+            new(*inputs)
+        torch.cuda.synchronize()
+        samples: dict[str, list[float]] = {"kb_us": [], "flush_us": [], "idle_us": [], "kernel_us": [],
+                                           "host_call_us": []}
+        knobs.runtime.launch_enter_hook = hook
+        try:
+            for _ in range(trials):
+                torch.cuda.synchronize()
+                pre, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                pre.record()
+                scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
+                scratch.fill_(42)
+                del scratch
+                marks.clear()
+                start.record()
+                t0 = time.perf_counter()
+                new(*inputs)
+                t1 = time.perf_counter()
+                end.record()
+                torch.cuda.synchronize()
+                samples["kb_us"].append(start.elapsed_time(end) * 1e3)
+                samples["flush_us"].append(pre.elapsed_time(start) * 1e3)
+                samples["idle_us"].append(start.elapsed_time(marks[0]) * 1e3)
+                samples["kernel_us"].append(marks[0].elapsed_time(end) * 1e3)
+                samples["host_call_us"].append((t1 - t0) * 1e6)
+        finally:
+            knobs.runtime.launch_enter_hook = None
+        record["workloads"][w.name] = {k: quantiles(v) for k, v in samples.items()}
+        cell = record["workloads"][w.name]
+        print(f"{problem_id} {w.name}: KernelBench {cell['kb_us']['median']:.1f} us = device idle "
+              f"{cell['idle_us']['median']:.1f} + kernels {cell['kernel_us']['median']:.1f}; flush "
+              f"{cell['flush_us']['median']:.1f} us; host call {cell['host_call_us']['median']:.1f} us", flush=True)
+    return record
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--numel", type=int, default=1 << 27, help="elements of the fp32 input (default 128 Mi: ~1 GiB "
                     "of traffic, ~300 us on an H200)")
+    ap.add_argument("--problems", help="comma list of problem ids (e.g. 14_residual_layernorm): the device's wait "
+                    "for the first launch of their best candidates instead")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     import torch
@@ -122,7 +201,16 @@ def main(argv: list[str] | None = None) -> None:
     import triton
 
     record["triton"] = triton.__version__
-    for name, fn in paths(args.numel).items():
+    if args.problems:
+        record["problems"] = {}
+        for problem_id in args.problems.split(","):
+            try:
+                record["problems"][problem_id] = first_launch(problem_id)
+            except Exception as e:  # one problem's failure is recorded, the others still run
+                record["problems"][problem_id] = {"error": f"{type(e).__name__}: {e}"}
+                print(f"{problem_id}: {type(e).__name__}: {e}", flush=True)
+        record["paths"] = {}
+    for name, fn in ({} if args.problems else paths(args.numel)).items():
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
