@@ -113,9 +113,12 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
     }
 
 
-def first_launch(problem_id: str, trials: int = TRIALS) -> dict[str, Any]:
+def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) -> dict[str, Any]:
     """KernelBench's per-call sequence on one problem's rebuilt best candidate, with the device's wait for the
-    host's first launch measured by an event from Triton's launch-enter hook (module doc)."""
+    host's first launch measured by an event from Triton's launch-enter hook (module doc). `after`: what this
+    process did first: "nothing"; "hooks", the harness's process-wide hooks (the audit hook, the launch census);
+    "stages", kernelflow's verify and benchmark stages run in this process on the candidate, as
+    scripts/agreement.py does before it times the export."""
     import tempfile
 
     import torch
@@ -133,6 +136,21 @@ def first_launch(problem_id: str, trials: int = TRIALS) -> dict[str, Any]:
         raise ValueError(f"{problem_id}: bench/results has no best candidate to rebuild")
     path = Path(tempfile.mkdtemp()) / f"kf_launch_{cand.id}.py"
     path.write_text(cand.source)
+    if after == "hooks":
+        from stages import audit, launches
+
+        audit.install()
+        launches.install(triton=True)
+    elif after == "stages":
+        from stages import benchmark, verify
+        from stages.contracts import BenchmarkRequest, VerifyRequest
+
+        common = dict(problem=problem, candidate=cand, device="cuda", blob_dir=str(path.parent / "blobs"))
+        checked = verify.run(VerifyRequest(**common, sizes=["gpu"], trials=2,  # type: ignore[arg-type]
+                                           workdir=str(path.parent / "verify")))
+        timed = benchmark.run(BenchmarkRequest(**common, sizes="gpu", baselines=["eager"],  # type: ignore[arg-type]
+                                               workdir=str(path.parent / "benchmark")))
+        print(f"{problem_id}: verify {checked.status}, benchmark {timed.status}", flush=True)
     set_precision(problem.policy)
     module, new_module = import_problem(problem.path), import_file(path, path.stem)
     marks: list[torch.cuda.Event] = []
@@ -142,7 +160,7 @@ def first_launch(problem_id: str, trials: int = TRIALS) -> dict[str, Any]:
             marks.append(torch.cuda.Event(enable_timing=True))
             marks[0].record()
 
-    record: dict[str, Any] = {"candidate_id": cand.id, "origin": cand.origin.model_dump(), "workloads": {}}
+    record: dict[str, Any] = {"after": after, "candidate_id": cand.id, "origin": cand.origin.model_dump(), "workloads": {}}
     for w in problem.workloads("gpu"):
         _, new = build(module, new_module.ModelNew, w, "cuda", seed=trial_seed(0, w.name, "init"))
         inputs = draw(module, w, trial_seed(0, w.name, "bench", 0), "declared", "cuda")
@@ -176,7 +194,7 @@ def first_launch(problem_id: str, trials: int = TRIALS) -> dict[str, Any]:
             knobs.runtime.launch_enter_hook = None
         record["workloads"][w.name] = {k: quantiles(v) for k, v in samples.items()}
         cell = record["workloads"][w.name]
-        print(f"{problem_id} {w.name}: KernelBench {cell['kb_us']['median']:.1f} us = device idle "
+        print(f"{problem_id} {w.name} (after {after}): KernelBench {cell['kb_us']['median']:.1f} us = device idle "
               f"{cell['idle_us']['median']:.1f} + kernels {cell['kernel_us']['median']:.1f}; flush "
               f"{cell['flush_us']['median']:.1f} us; host call {cell['host_call_us']['median']:.1f} us", flush=True)
     return record
@@ -188,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
                     "of traffic, ~300 us on an H200)")
     ap.add_argument("--problems", help="comma list of problem ids (e.g. 14_residual_layernorm): the device's wait "
                     "for the first launch of their best candidates instead")
+    ap.add_argument("--after", choices=("nothing", "hooks", "stages"), default="nothing",
+                    help="with --problems: what the process does first (first_launch's doc)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     import torch
@@ -205,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         record["problems"] = {}
         for problem_id in args.problems.split(","):
             try:
-                record["problems"][problem_id] = first_launch(problem_id)
+                record["problems"][problem_id] = first_launch(problem_id, args.after)
             except Exception as e:  # one problem's failure is recorded, the others still run
                 record["problems"][problem_id] = {"error": f"{type(e).__name__}: {e}"}
                 print(f"{problem_id}: {type(e).__name__}: {e}", flush=True)
