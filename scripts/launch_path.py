@@ -32,6 +32,7 @@ Needs CUDA (refuses otherwise). `--out FILE` writes the JSON record.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import statistics
 import sys
@@ -116,7 +117,8 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
 def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) -> dict[str, Any]:
     """KernelBench's per-call sequence on one problem's rebuilt best candidate, with the device's wait for the
     host's first launch measured by an event from Triton's launch-enter hook (module doc). `after`: what this
-    process did first: "nothing"; "hooks", the harness's process-wide hooks (the audit hook, the launch census);
+    process did first: "nothing"; "hooks", the harness's process-wide hooks (the audit hook, the launch census),
+    "audit" or "census" one of them; "count", a bare audit hook counting the audited events of the timed loop;
     "stages", kernelflow's verify and benchmark stages run in this process on the candidate, as
     scripts/agreement.py does before it times the export."""
     import tempfile
@@ -136,11 +138,17 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
         raise ValueError(f"{problem_id}: bench/results has no best candidate to rebuild")
     path = Path(tempfile.mkdtemp()) / f"kf_launch_{cand.id}.py"
     path.write_text(cand.source)
-    if after == "hooks":
-        from stages import audit, launches
+    events: collections.Counter[str] = collections.Counter()
+    if after in ("hooks", "audit"):
+        from stages import audit
 
         audit.install()
+    if after in ("hooks", "census"):
+        from stages import launches
+
         launches.install(triton=True)
+    if after == "count":
+        sys.addaudithook(lambda event, _: events.update((event,)) if counting else None)
     elif after == "stages":
         from stages import benchmark, verify
         from stages.contracts import BenchmarkRequest, VerifyRequest
@@ -154,6 +162,7 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
     set_precision(problem.policy)
     module, new_module = import_problem(problem.path), import_file(path, path.stem)
     marks: list[torch.cuda.Event] = []
+    counting = False
 
     def hook(_: Any) -> None:
         if not marks:
@@ -170,6 +179,7 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
         samples: dict[str, list[float]] = {"kb_us": [], "flush_us": [], "idle_us": [], "kernel_us": [],
                                            "host_call_us": []}
         knobs.runtime.launch_enter_hook = hook
+        counting = True
         try:
             for _ in range(trials):
                 torch.cuda.synchronize()
@@ -192,8 +202,13 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
                 samples["host_call_us"].append((t1 - t0) * 1e6)
         finally:
             knobs.runtime.launch_enter_hook = None
+            counting = False
         record["workloads"][w.name] = {k: quantiles(v) for k, v in samples.items()}
         cell = record["workloads"][w.name]
+        if after == "count":
+            cell["audit_events_per_call"] = {k: v / trials for k, v in events.most_common()}
+            print(f"{problem_id} {w.name}: audit events per call {cell['audit_events_per_call']}", flush=True)
+            events.clear()
         print(f"{problem_id} {w.name} (after {after}): KernelBench {cell['kb_us']['median']:.1f} us = device idle "
               f"{cell['idle_us']['median']:.1f} + kernels {cell['kernel_us']['median']:.1f}; flush "
               f"{cell['flush_us']['median']:.1f} us; host call {cell['host_call_us']['median']:.1f} us", flush=True)
@@ -206,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
                     "of traffic, ~300 us on an H200)")
     ap.add_argument("--problems", help="comma list of problem ids (e.g. 14_residual_layernorm): the device's wait "
                     "for the first launch of their best candidates instead")
-    ap.add_argument("--after", choices=("nothing", "hooks", "stages"), default="nothing",
+    ap.add_argument("--after", choices=("nothing", "hooks", "audit", "census", "count", "stages"), default="nothing",
                     help="with --problems: what the process does first (first_launch's doc)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
