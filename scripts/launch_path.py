@@ -139,6 +139,7 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
     path = Path(tempfile.mkdtemp()) / f"kf_launch_{cand.id}.py"
     path.write_text(cand.source)
     events: collections.Counter[str] = collections.Counter()
+    counting = False
     if after in ("hooks", "audit"):
         from stages import audit
 
@@ -162,7 +163,6 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
     set_precision(problem.policy)
     module, new_module = import_problem(problem.path), import_file(path, path.stem)
     marks: list[torch.cuda.Event] = []
-    counting = False
 
     def hook(_: Any) -> None:
         if not marks:
