@@ -46,10 +46,13 @@ MODES = {"compile": None, "compile_max": "max-autotune", "compile_max_nocg": "ma
 
 
 def baseline(name: str, ref: torch.nn.Module) -> Any:
-    """The reference as the user runs it: eager, or under torch.compile in one of its modes."""
+    """The reference as the user runs it: eager, or under torch.compile in one of its modes, specialized to the shapes
+    it is called with (dynamic=False). Without that, dynamo shares what it learned between compiled copies of the same
+    forward: the benchmark's second workload recompiled with symbolic shapes, and every later workload ran that
+    shape-generic code, slower than what a user running one of those shapes gets (docs/LOG.md, tenth session)."""
     if name == "eager":
         return ref
-    return torch.compile(ref, mode=MODES[name])
+    return torch.compile(ref, mode=MODES[name], dynamic=False)
 
 
 def set_precision(policy: Policy) -> None:

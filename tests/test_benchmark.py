@@ -65,3 +65,36 @@ def test_every_input_set_is_rechecked(tmp_path: Path):
 def test_median_ci_is_an_order_statistic_interval():
     med, lo, hi = median_ci([float(x) for x in range(1, 102)])
     assert med == 51 and 40 <= lo < 51 < hi <= 62
+
+
+def test_torch_compile_baselines_are_specialized_to_each_workload(monkeypatch):
+    """Each workload's torch.compile is compiled for its own shapes: the graph inductor gets for a later workload has
+    no symbolic sizes (dynamo's automatic dynamic shapes would make the second one shape-generic)."""
+    import copy
+
+    import torch
+    import torch._inductor.compile_fx as compile_fx
+
+    from stages.instantiate import MODES, baseline
+
+    graphs: list[list[bool]] = []
+
+    def spy(gm: torch.fx.GraphModule, example_inputs: list, *args, **kwargs):
+        graphs.append([isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and
+                       any(isinstance(d, torch.SymInt) for d in x.shape)) for x in example_inputs])
+        return gm.forward  # the graph as dynamo traced it, run without inductor's build
+
+    class Softmax(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(x * 2.0, dim=-1)
+
+    monkeypatch.setattr(compile_fx, "compile_fx", spy)
+    torch._dynamo.reset()
+    ref = Softmax()
+    for name in MODES:
+        graphs.clear()
+        for shape in [(64, 128), (32, 256), (16, 512)]:
+            x = torch.randn(shape)
+            torch.testing.assert_close(baseline(name, copy.deepcopy(ref))(x), ref(x))
+        assert graphs == [[False], [False], [False]], (name, graphs)
+    torch._dynamo.reset()
