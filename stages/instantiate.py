@@ -42,6 +42,7 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Any:
 
 BASELINE_LABELS = {"eager": "eager PyTorch", "compile": "torch.compile", "compile_max": "torch.compile (max-autotune)",
                    "compile_max_nocg": "torch.compile (max-autotune-no-cudagraphs)"}
+RECOMPILES = 64  # dynamo cache entries per code object: modes x shapes of one problem, with room to spare
 MODES = {"compile": None, "compile_max": "max-autotune", "compile_max_nocg": "max-autotune-no-cudagraphs"}
 
 
@@ -49,9 +50,16 @@ def baseline(name: str, ref: torch.nn.Module) -> Any:
     """The reference as the user runs it: eager, or under torch.compile in one of its modes, specialized to the shapes
     it is called with (dynamic=False). Without that, dynamo shares what it learned between compiled copies of the same
     forward: the benchmark's second workload recompiled with symbolic shapes, and every later workload ran that
-    shape-generic code, slower than what a user running one of those shapes gets (docs/LOG.md, tenth session)."""
+    shape-generic code, slower than what a user running one of those shapes gets (docs/LOG.md, tenth session).
+    Every mode and shape is then its own entry in dynamo's cache of the forward's code: past its recompile limit
+    (8) dynamo would run the forward eagerly without a word (bench_gpu --max-autotune's third mode on a third shape
+    did), so the limit is raised to RECOMPILES and reaching it raises instead."""
     if name == "eager":
         return ref
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILES)
+    dynamo_config.fail_on_recompile_limit_hit = True
     return torch.compile(ref, mode=MODES[name], dynamic=False)
 
 

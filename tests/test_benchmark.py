@@ -69,7 +69,9 @@ def test_median_ci_is_an_order_statistic_interval():
 
 def test_torch_compile_baselines_are_specialized_to_each_workload(monkeypatch):
     """Each workload's torch.compile is compiled for its own shapes: the graph inductor gets for a later workload has
-    no symbolic sizes (dynamo's automatic dynamic shapes would make the second one shape-generic)."""
+    no symbolic sizes (dynamo's automatic dynamic shapes would make the second one shape-generic), and three modes on
+    three shapes (nine cache entries of one forward) all compile (past dynamo's default limit of 8 the ninth would run
+    eagerly)."""
     import copy
 
     import torch
@@ -89,6 +91,8 @@ def test_torch_compile_baselines_are_specialized_to_each_workload(monkeypatch):
             return torch.softmax(x * 2.0, dim=-1)
 
     monkeypatch.setattr(compile_fx, "compile_fx", spy)
+    for knob in ("recompile_limit", "fail_on_recompile_limit_hit"):  # baseline() sets them: put them back after
+        monkeypatch.setattr(torch._dynamo.config, knob, getattr(torch._dynamo.config, knob))
     torch._dynamo.reset()
     ref = Softmax()
     for name in MODES:
