@@ -65,7 +65,7 @@ def test_max_autotune_is_torch_compiles_own_mode(monkeypatch):
     from stages.instantiate import baseline
 
     modes = []
-    monkeypatch.setattr(torch, "compile", lambda model, mode=None: modes.append(mode) or model)
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None, **_: modes.append(mode) or model)
     ref = torch.nn.Identity()
     assert baseline("eager", ref) is ref and baseline("compile", ref) is ref and baseline("compile_max", ref) is ref
     assert baseline("compile_max_nocg", ref) is ref
