@@ -40,23 +40,30 @@ def test_max_autotune_records_what_happened_and_renders(tmp_path: Path):
     bench.max_autotune(args)  # no GPU here: the call fails, and says so, instead of vanishing
     cell = json.loads((results / "09_silu.json").read_text())["max_autotune"]
     assert cell["status"] == "failed" and cell["message"] and cell["workloads"] == {}
-    row = {"problem": "09_silu", "max_autotune": {"status": "ok", "message": "", "wall_s": 1.0, "workloads": {
+    row = {"problem": "09_silu", "max_autotune": {"status": "ok", "message": "", "wall_s": 1.0, "specialized": True,
+                                                  "workloads": {
         "gpu0": {"eager": [10.0, 9.0, 11.0], "compile": [6.0, 5.0, 7.0], "compile_max": [5.0, 4.0, 6.0],
                  "compile_max_nocg": [4.8, 4.0, 5.0], "candidate": [4.0, 3.0, 5.0]}}}}
     assert "| 09_silu | gpu0 | 10.0 [9.0, 11.0] | 6.0 [5.0, 7.0] | 5.0 [4.0, 6.0] | 4.8 [4.0, 5.0] | " \
         "4.0 [3.0, 5.0] | 1.25 | 1.20 | ok |" in bench.render_max_autotune([row])
+    generic = {**row, "max_autotune": {k: v for k, v in row["max_autotune"].items() if k != "specialized"}}
+    assert "| ok (torch.compile shape-generic after the first shape) |" in bench.render_max_autotune([generic])
     failed = {"problem": "09_silu", "max_autotune": {"status": "failed", "message": "timed out", "workloads": {}}}
     assert "| 09_silu | - | - | - | - | - | - | - | - | failed: timed out |" in bench.render_max_autotune([failed])
 
 
 def test_a_max_autotune_cell_without_the_no_cudagraphs_mode_is_timed_again(tmp_path: Path):
-    """The first H200 cells (2026-11-30) timed max-autotune alone; --skip-done does those again, not failed ones."""
+    """The first H200 cells (2026-11-30) timed max-autotune alone, the second (2026-12-01) shape-generic code after
+    the first shape; --skip-done does those again, failed ones too, but not a failed cell of the current kind."""
     bench = bench_script()
-    old = {"status": "ok", "message": "", "wall_s": 1.0, "workloads": {"gpu0": {"eager": [1.0] * 3,
-                                                                                "compile_max": [2.0] * 3}}}
+    old = {"status": "ok", "message": "", "wall_s": 1.0, "specialized": True,
+           "workloads": {"gpu0": {"eager": [1.0] * 3, "compile_max": [2.0] * 3}}}
     new = {**old, "workloads": {"gpu0": {**old["workloads"]["gpu0"], "compile_max_nocg": [1.0] * 3}}}
-    failed = {"status": "failed", "message": "timed out", "wall_s": 1.0, "workloads": {}}
-    assert [bench.tuned_all(c) for c in (old, new, failed)] == [False, True, True]
+    generic = {k: v for k, v in new.items() if k != "specialized"}
+    failed = {"status": "failed", "message": "timed out", "wall_s": 1.0, "specialized": True, "workloads": {}}
+    failed_generic = {k: v for k, v in failed.items() if k != "specialized"}
+    assert [bench.tuned_all(c) for c in (old, new, generic, failed, failed_generic)] == [False, True, False, True,
+                                                                                         False]
 
 
 def test_max_autotune_is_torch_compiles_own_mode(monkeypatch):
