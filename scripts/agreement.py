@@ -43,6 +43,12 @@ the export's seconds of host-only work, ran 5-15% slower than kernelflow's media
 same kernel on the later shapes and eager agreed mostly to 0.1%. The suspect is the GPU coming back from idle;
 the two passes and the clocks test that.
 
+What decides agreement for a Python-launched kernel (2026-12-01, scripts/launch_path.py, BENCHMARKS.md tenth
+session): the procedure's flush keeps the device busy for 72-75 us on the H200, and the host's path from the start
+event to the call's first launch is timed beyond that. A template's ModelNew issues it in 44-55 us in some processes
+and 70-190 us in others (the state is per process, sometimes changing between shapes; not the harness's hooks and
+not the core), eager in one ATen call. `kb_covered` removes exactly that; `host_launch_us` is the warm path.
+
 A CPU run is no claim: the script refuses to run without a CUDA device, and `--render` leaves out any record not
 timed on one. `kernelbench_times_ms` takes a device so that tests can run its CPU path (perf_counter, no flush).
 Results: bench/agreement/<problem>.json (resumable: `--skip-done`); `--render` prints the BENCHMARKS.md table.
