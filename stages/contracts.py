@@ -275,10 +275,10 @@ class Timing(Contract):
     min_us: float
     mean_us: float
     n_reps: int = Field(description="timed calls")
-    host_us: float | None = Field(default=None, description="median host time per call (CUDA: from the start "
-                                  "event's record to the end event's, the device covered meanwhile; None on a CPU, "
-                                  "where median_us is host time): above median_us the call is launch-bound, and "
-                                  "back to back it runs at this speed, not at median_us")
+    host_us: float | None = Field(default=None, description="host time per call issued back to back (CUDA: 20 "
+                                  "calls after one sync; None on a CPU, where median_us is host time): above "
+                                  "median_us the call is launch-bound, and back to back it runs at this speed, not "
+                                  "at median_us")
     l2_flushed: bool = Field(description="L2 flushed before every timed call")
     input_sets: int = Field(description="rotated input sets")
     provenance: Provenance

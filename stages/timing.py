@@ -9,11 +9,12 @@ around the call do not see (`left_running`). Between the flush and the start eve
 the device idles while the host issues the launch, and that idle time, which grows when the harness's own work
 just before the call has cooled the CPU's caches, was timed (on the H200 a 500 us kernel timed 520-620 us by
 the harness depending on what ran before it, 501 us by KernelBench's procedure, whose longer flush covers more;
-docs/LOG.md 2026-11-30). Host time per call beyond the cover still counts: a launch-bound call is timed as
-launch-bound. The host's own time per call (from the start event's record to the end event's, the device
-spinning meanwhile) is kept too (`last_host_us`): back to back, a call whose host time exceeds its device time runs
-at the host's speed, whatever its kernels take. Persisting L2 (a set-aside that survives the flush) is reset before
-timing and checked after the candidate's calls (`persisting_l2_bytes`).
+docs/LOG.md 2026-11-30). Host time per call beyond the cover still counts. The host's time per call issued back
+to back, as a model's next layers would issue it, is measured apart (`back_to_back_us`): a call whose host time
+there exceeds its device time runs at the host's speed, whatever its kernels take. (A call issued right after the
+timer's sync, flush and spin takes the host 2-4x longer: 105-208 us against 23-61 us for the same Triton calls on
+the H200, BENCHMARKS.md tenth session; that cold time is not what a model pays.) Persisting L2 (a set-aside that
+survives the flush) is reset before timing and checked after the candidate's calls (`persisting_l2_bytes`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _current_stream = torch.cuda.current_stream
 _sleep = torch.cuda._sleep
 
 COVER_US = 300.0  # device time queued ahead of the start event: above the harness's launch path (100-150 us measured)
+BACK_TO_BACK = 20  # calls per host-time measurement (back_to_back_us)
 TAIL_SLACK_US = 50.0  # a device sync's own latency is well below this
 CUDA_LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
 
@@ -48,7 +50,6 @@ class Timer:
         self.flush_buffer: torch.Tensor | None = None
         self.l2_bytes = 0
         self.last_tail_us: float | None = None  # CUDA: work the last call left on other streams, microseconds
-        self.last_host_us: float | None = None  # CUDA: the host's time issuing the last call, microseconds
         self.cover_cycles = 0
         if device == "cuda":
             self.l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
@@ -70,17 +71,28 @@ class Timer:
         start, end, after = (_Event(enable_timing=True) for _ in range(3))
         stream = _current_stream()
         _sleep(self.cover_cycles)  # the host queues the call's launches while the device spins: see COVER_US
-        h0 = _now_ns()
         _record(start, stream)
         out = fn(*args)
         _record(end, stream)
-        h1 = _now_ns()
         _synchronize()  # device-wide: work the call left on other streams is waited for too
         _record(after, stream)
         _synchronize()
         self.last_tail_us = _elapsed(end, after) * 1e3
-        self.last_host_us = (h1 - h0) / 1e3
         return _elapsed(start, end) * 1e3, out
+
+    def back_to_back_us(self, fn: Callable[..., Any], args: list[Any], calls: int = BACK_TO_BACK) -> float | None:
+        """The host's time per call over `calls` calls issued back to back after one sync, as a model issues its
+        layers: the host path alone while the device keeps up, plus any wait the call itself makes for the device
+        (a sync inside it). None on a CPU, where every time is host time."""
+        if self.device != "cuda":
+            return None
+        _synchronize()
+        t0 = _now_ns()
+        for _ in range(calls):
+            fn(*args)
+        t1 = _now_ns()
+        _synchronize()
+        return (t1 - t0) / 1e3 / calls
 
 
 def _cycles_per_us() -> float:
