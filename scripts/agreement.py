@@ -216,7 +216,7 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
         raise ValueError(f"{problem_id}: bench/results has no best candidate to rebuild")
     record: dict[str, Any] = {"problem": problem_id, "status": "failed", "device": device, "best": data.get("best"),
                               "candidate_id": cand.id, "rebuilt_is_best": cand.id == data.get("best"),
-                              "tolerance": TOLERANCE, "workloads": {},
+                              "tolerance": TOLERANCE, "workloads": {}, "compile_specialized": True,
                               "procedure": {"kernelbench": {"warmup": kb_warmup, "trials": kb_trials,
                                                             "discard_first": KB_DISCARD, "flush_bytes": KB_FLUSH_BYTES,
                                                             "autograd": not no_grad},
@@ -433,7 +433,8 @@ def speedups(out_dir: Path) -> str:
         for key, t in r["kernelflow_medians"].items():
             w, contender = key.split("/", 1)
             workloads.setdefault(w, {})[contender] = [t["median_us"], t["ci_low_us"], t["ci_high_us"]]
-        rows.append({"problem": r["problem"], "workloads": workloads})
+        rows.append({"problem": r["problem"], "workloads": workloads,
+                     "compile_specialized": r.get("compile_specialized", False)})
         if floors := sol_floors(r["problem"], str(r.get("device_name"))):  # geomeans over the shapes
             shapes = [w for w in floors if {"compile", "candidate"} <= set(workloads.get(w, {}))]
             frac = {c: geomean([floors[w] / workloads[w][c][0] for w in shapes]) for c in ("compile", "candidate")}

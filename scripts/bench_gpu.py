@@ -54,7 +54,8 @@ def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict
     out: dict = {"problem": problem_id, "run_id": run_id, "stop_reason": record["stop_reason"],
                  "n_candidates": int(record["n_candidates"]), "n_verified": int(record["n_verified"]),
                  "wall_s": round(wall_s, 1), "best": best, "workloads": {},
-                 "winner_note": record.get("winner_note") if isinstance(record.get("winner_note"), str) else None}
+                 "winner_note": record.get("winner_note") if isinstance(record.get("winner_note"), str) else None,
+                 "compile_specialized": True}  # torch.compile per shape (stages/instantiate.py baseline, 2026-12-01)
     if not bench.empty:
         out["gpu_s_benchmark"] = round(float(bench.duration_s.sum()), 1)
     if best and not bench.empty:
@@ -326,6 +327,16 @@ def sol_floors(problem_id: str, gpu: str) -> dict[str, float]:
     return {w.name: sol_floor_us(count_work(problem, w), peaks, problem.policy) for w in problem.gpu_workloads}
 
 
+GENERIC_MARK = " †"
+GENERIC_NOTE = ("† timed before 2026-12-01: torch.compile ran shape-generic code on every workload after the "
+                "problem's first (stages/instantiate.py baseline), so x torch.compile is biased for the candidate there")
+
+
+def problem_label(r: dict) -> str:
+    """The problem's id, marked when its torch.compile medians after the first workload were shape-generic."""
+    return r["problem"] + ("" if r.get("compile_specialized") else GENERIC_MARK)
+
+
 def render(results: Path) -> str:
     rows = [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
     lines = ["| problem | workload | eager us | torch.compile us | best candidate us | x eager | x compile | "
@@ -339,11 +350,13 @@ def render(results: Path) -> str:
             tried = f"{r['n_verified']}/{r['n_candidates']}" if first else ""
             sol = (f"{floors[w]:.0f} ({floors[w] / t['candidate'][0]:.2f})" if w in floors and "candidate" in t
                    else "-")
-            lines.append(f"| {r['problem'] if first else ''} | {w} | {fmt(t.get('eager'))} | {fmt(t.get('compile'))} | "
+            lines.append(f"| {problem_label(r) if first else ''} | {w} | {fmt(t.get('eager'))} | {fmt(t.get('compile'))} | "
                          f"{fmt(t.get('candidate'))} | {ratio(t, 'eager')} | {ratio(t, 'compile')} | {sol} | {origin} | "
                          f"{tried} |")
         if not r["workloads"]:
             lines.append(f"| {r['problem']} | - | - | - | - | - | - | - | {r['stop_reason'][:80]} | 0/0 |")
+    if any(not r.get("compile_specialized") for r in rows):
+        lines += ["", GENERIC_NOTE]
     tuned = render_max_autotune(rows)
     return "\n".join(lines) + "\n\n" + render_results(rows) + "\n\n" + render_profiles(rows) + (
         "\n\n" + tuned if tuned else "")
@@ -384,7 +397,7 @@ def render_results(rows: list[dict]) -> str:
     the geomeans issue 4's targets are stated in (fusion problems and single operations apart)."""
     lines = ["| problem | kind | best candidate x eager | x torch.compile | torch.compile x eager | winner (seeds rule) "
              "| result x torch.compile |", "|---|---|---|---|---|---|---|"]
-    done = [(r["problem"], res) for r in rows if (res := result_of(r))]
+    done = [(problem_label(r), res) for r in rows if (res := result_of(r))]
     for pid, res in done:
         cand = (f"{res['cand_vs_eager']:.2f} | {res['cand_vs_compile']:.2f}" if res["cand_vs_eager"] else "- | -")
         lines.append(f"| {pid} | {'fusion' if res['fusion'] else 'single op'} | {cand} | {res['compile_vs_eager']:.2f} "
@@ -404,6 +417,8 @@ def render_results(rows: list[dict]) -> str:
         line += (f"results under the seeds rule {geomean([x['result_vs_compile'] for x in group]):.2f}x "
                  f"torch.compile, a baseline wins on {sum(x['winner'] != 'candidate' for x in group)}")
         lines.append(line)
+    if any(GENERIC_MARK in pid for pid, _ in done):
+        lines.append(GENERIC_NOTE)
     return "\n".join(lines)
 
 

@@ -121,7 +121,7 @@ def test_speedups_are_rendered_from_kernelflows_medians_with_the_sol_ceiling(agr
     medians = {f"{w}/{c}": {"median_us": us, "ci_low_us": us - 1, "ci_high_us": us + 1}
                for w in ("gpu0", "gpu1") for c, us in (("eager", 1250.0), ("compile", 550.0), ("candidate", 500.0))}
     record = {"problem": "09_silu", "status": "ok", "device": "cuda", "device_name": "NVIDIA H200",
-              "kernelflow_medians": medians}
+              "kernelflow_medians": medians, "compile_specialized": True}
     (tmp_path / "09_silu.json").write_text(json.dumps(record))
     (tmp_path / "10_matmul_bf16.json").write_text(json.dumps({**record, "problem": "10_matmul_bf16", "device": "cpu"}))
     out = agreement.speedups(tmp_path)
@@ -130,3 +130,6 @@ def test_speedups_are_rendered_from_kernelflows_medians_with_the_sol_ceiling(agr
     compile_fraction, candidate_fraction, ceiling = (float(x) for x in row.split("|")[3:6])
     assert candidate_fraction > compile_fraction and abs(ceiling * compile_fraction - 1) < 0.01
     assert "single ops: a kernel at the SOL floor on every shape would be" in out
+    del record["compile_specialized"]  # a record from before torch.compile was specialized per shape
+    (tmp_path / "09_silu.json").write_text(json.dumps(record))
+    assert "| 09_silu † | single op |" in agreement.speedups(tmp_path)

@@ -78,3 +78,15 @@ def test_max_autotune_is_torch_compiles_own_mode(monkeypatch):
         assert baseline("eager", ref) is ref and baseline("compile", ref) is ref and baseline("compile_max", ref) is ref
         assert baseline("compile_max_nocg", ref) is ref
     assert modes == [None, "max-autotune", "max-autotune-no-cudagraphs"]
+
+
+def test_results_timed_against_a_shape_generic_torch_compile_are_marked():
+    """Rows recorded before torch.compile was specialized per shape carry a mark and the note that says why."""
+    bench = bench_script()
+    times = {"gpu0": {"eager": [10.0] * 3, "compile": [5.0] * 3, "candidate": [4.0] * 3}}
+    old = {"problem": "09_silu", "workloads": times}
+    new = {**old, "problem": "05_gelu_tanh", "compile_specialized": True}
+    table = bench.render_results([old, new])
+    assert "| 09_silu † | single op |" in table and "| 05_gelu_tanh | single op |" in table
+    assert bench.GENERIC_NOTE in table
+    assert bench.GENERIC_NOTE not in bench.render_results([new])
