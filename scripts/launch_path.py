@@ -22,9 +22,11 @@ covered_us` is the host path the procedure timed. Medians and 10/90th percentile
 scripts/agreement.py does), each on its GPU shapes, in KernelBench's per-call sequence with three events more: one
 before the flush, and one recorded from Triton's launch-enter hook just before the call's first kernel launch. The
 device reaches the hook's event when both the flush is done and the host has issued it, so `flush_us` (before-flush
-event to start event) is how long the flush keeps the device busy, and `idle_us` (start event to the hook's event) is
-how long the device then waited for the host to reach the first launch: the part of KernelBench's time that is not
-the kernels'. `kernel_us` is the hook's event to the end event. The hook itself adds a few microseconds of host time.
+event to start event) is how long the flush kept the device busy (or longer, when the host recorded the start event
+after the flush was done), and `idle_us` (start event to the hook's event) is how long the device then waited for
+the host to reach the first launch: the part of KernelBench's time that is not the kernels'. `kernel_us` is the
+hook's event to the end event, `host_call_us` the host's time for the whole call. The hook itself adds a few
+microseconds of host time. `--after` runs the probe after the harness's hooks or stages (first_launch's doc).
 
 Needs CUDA (refuses otherwise). `--out FILE` writes the JSON record.
 """
