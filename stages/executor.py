@@ -65,13 +65,26 @@ def _describe_exit(code: int, sandbox: Plan) -> tuple[str, str]:
 
 def forget_candidate(request: StageRequest) -> None:
     """Drop the module of the request's candidate, which an inline stage imported (stages/candidate.py names it
-    kf_cand_<id>): each stage call imports its candidate afresh, and kept, they grew the flow process by ~57 kB per
+    kf_cand_<id>): each stage call imports its candidate afresh, and kept, they grew the flow process by ~55 kB per
     candidate (BENCHMARKS.md, "Load"). Only this call's: another thread's inline stage may be importing its own.
-    (stages.candidate, imported here, brings torch, which the inline stage has imported already.)"""
-    if (candidate := getattr(request, "candidate", None)) is not None:
-        from stages.candidate import CANDIDATE_MODULE_PREFIX
+    With the module go the two caches that held its code after it (docs/LOG.md, tenth session): linecache's copy of
+    its file (Triton reads the source through inspect) and the Triton interpreter's rewritten kernels, keyed by the
+    module's functions. (stages.candidate, imported here, brings torch, which the inline stage has imported.)"""
+    if (candidate := getattr(request, "candidate", None)) is None:
+        return
+    import linecache
 
-        sys.modules.pop(f"{CANDIDATE_MODULE_PREFIX}{candidate.id}", None)
+    from stages.candidate import CANDIDATE_MODULE_PREFIX
+
+    name = f"{CANDIDATE_MODULE_PREFIX}{candidate.id}"
+    module = sys.modules.pop(name, None)
+    if (path := getattr(module, "__file__", None)) is not None:
+        linecache.cache.pop(path, None)
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    if interpreter is not None:
+        rewritten = interpreter.InterpretedFunction.rewritten_fn
+        for fn in [fn for fn in list(rewritten) if getattr(fn, "__module__", None) == name]:
+            rewritten.pop(fn, None)
 
 
 def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> StageResult:

@@ -37,9 +37,20 @@ EXPECTED = {
 SUBPROCESS_ONLY = {"exit_crash", "segfault", "hang"}
 
 
+def triton_softmax() -> str:
+    """The builtin rowwise template's first variant for 01_softmax: a Triton candidate."""
+    from stages.problem import import_problem
+    from stages.templates import rowwise
+    from stages.templates.lowering import trace
+
+    plan = rowwise.match(SOFTMAX, trace(SOFTMAX, import_problem(SOFTMAX.path)))
+    return rowwise.render(plan, rowwise.variants(plan)[0])
+
+
 def verify(name: str, tmp_path: Path, mode: str):
-    source = (FIXTURES / f"{name}.py").read_text()
-    candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
+    source = triton_softmax() if name == "triton" else (FIXTURES / f"{name}.py").read_text()
+    backend = "triton" if name == "triton" else "torch"
+    candidate = Candidate.make(SOFTMAX.id, backend, source, Origin(kind="user", proposer="fixture"))
     request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
                             candidate=candidate, policy=TORCH_COMPUTE, timeout_s=15 if name == "hang" else 120)
     return run_stage("verify", request, mode)  # type: ignore[arg-type]
@@ -78,23 +89,39 @@ def test_verify_restores_torch_settings_for_the_stages_after_it(tmp_path: Path):
 
 
 def test_an_inline_stage_leaves_no_candidate_module_behind(tmp_path: Path, monkeypatch):
-    """Inline, the flow process would keep every candidate's module (BENCHMARKS.md, "Load": +57 kB per candidate);
-    each stage call imports its candidate afresh, so the module is dropped when the call returns, and freed."""
+    """Inline, the flow process would keep every candidate's module (BENCHMARKS.md, "Load": +55 kB per candidate);
+    each stage call imports its candidate afresh, so the module is dropped when the call returns, and freed, with
+    its functions and its source."""
     import gc
+    import linecache
+    import types
     import weakref
 
     from stages import candidate as candidate_module
 
     imported: list[weakref.ref] = []
+    functions: list[weakref.ref] = []  # the module's functions, Triton kernels' own (their .fn) included
+    files: list[str] = []
     real = candidate_module.import_file
-    monkeypatch.setattr(candidate_module, "import_file",
-                        lambda path, name: imported.append(weakref.ref(m := real(path, name))) or m)
-    for name in ("good", "wrong"):
+
+    def spy(path: Path, name: str) -> types.ModuleType:
+        module = real(path, name)
+        imported.append(weakref.ref(module))
+        files.append(str(path))
+        functions.extend(weakref.ref(f) for v in vars(module).values()
+                         if isinstance(f := getattr(v, "fn", v), types.FunctionType) and f.__module__ == name)
+        return module
+
+    monkeypatch.setattr(candidate_module, "import_file", spy)
+    for name in ("good", "wrong", "triton"):  # the builtin rowwise kernel: Triton's interpreter runs it here
         verify(name, tmp_path / name, "inline")
         # this test's candidates only: stages called directly by earlier tests (no executor) may have left theirs
         assert not [ref for ref in imported if (m := ref()) is not None and sys.modules.get(m.__name__) is m]
     gc.collect()
     assert len(imported) >= 2 and all(ref() is None for ref in imported)
+    # nor its code: Triton's interpreter kept its kernels and linecache its source (+55 kB per candidate in all)
+    assert functions and all(ref() is None for ref in functions), [ref() for ref in functions if ref()]
+    assert not [f for f in files if f in linecache.cache]
 
 
 def test_a_verify_process_does_not_load_dynamo(tmp_path: Path):
