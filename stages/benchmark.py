@@ -247,17 +247,13 @@ def _back_to_back(timer: Timer, fn: Any, args: list[Any], cand: _Candidate | Non
     """Host time per call issued back to back (Timer.back_to_back_us); the candidate's calls in a guarded section.
     A baseline that fails here loses its host time, with a note; the candidate's failure is its fault."""
     what = f"{workload} back-to-back calls"
-    if cand is not None:
-        with cand.guard.section(what, timed=True), torch.no_grad():
-            try:
-                return timer.back_to_back_us(fn, args)
-            except Exception as e:
-                raise classify(e) from e
     try:
-        with torch.no_grad():
-            return timer.back_to_back_us(fn, args)
-    except Exception as e:
-        notes.append(f"{what}: a baseline failed: {type(e).__name__}: {e}"[:400])
+        with cand.guard.section(what, timed=True) if cand else contextlib.nullcontext(), torch.no_grad():
+            return guarded(timer.back_to_back_us, fn, args)
+    except CandidateFault as fault:
+        if cand is not None:
+            raise
+        notes.append(f"{what}: a baseline failed: {fault.message}"[:400])
         return None
 
 

@@ -37,18 +37,8 @@ EXPECTED = {
 SUBPROCESS_ONLY = {"exit_crash", "segfault", "hang"}
 
 
-def triton_softmax() -> str:
-    """The builtin rowwise template's first variant for 01_softmax: a Triton candidate."""
-    from stages.problem import import_problem
-    from stages.templates import rowwise
-    from stages.templates.lowering import trace
-
-    plan = rowwise.match(SOFTMAX, trace(SOFTMAX, import_problem(SOFTMAX.path)))
-    return rowwise.render(plan, rowwise.variants(plan)[0])
-
-
 def verify(name: str, tmp_path: Path, mode: str):
-    source = triton_softmax() if name == "triton" else (FIXTURES / f"{name}.py").read_text()
+    source = (ROOT / "prompts" / "examples" / "triton_softmax.py" if name == "triton" else FIXTURES / f"{name}.py").read_text()
     backend = "triton" if name == "triton" else "torch"
     candidate = Candidate.make(SOFTMAX.id, backend, source, Origin(kind="user", proposer="fixture"))
     request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
@@ -113,7 +103,7 @@ def test_an_inline_stage_leaves_no_candidate_module_behind(tmp_path: Path, monke
         return module
 
     monkeypatch.setattr(candidate_module, "import_file", spy)
-    for name in ("good", "wrong", "triton"):  # the builtin rowwise kernel: Triton's interpreter runs it here
+    for name in ("good", "wrong", "triton"):  # the Triton example: Triton's interpreter runs it here
         verify(name, tmp_path / name, "inline")
         # this test's candidates only: stages called directly by earlier tests (no executor) may have left theirs
         assert not [ref for ref in imported if (m := ref()) is not None and sys.modules.get(m.__name__) is m]
