@@ -116,6 +116,27 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
     }
 
 
+def cpu_reference_us(reps: int = 50) -> dict[str, float]:
+    """A fixed host-only workload, no device involved (a Python loop of attribute and dict work, then 20 empty CPU
+    tensors through torch's dispatcher): if a process whose first launches are slow runs this slower too, the host
+    itself is slow (the VM's share of the CPU), not the candidate's launch path."""
+    import torch
+
+    def work() -> None:
+        table: dict[int, int] = {}
+        for i in range(300):
+            table[i & 63] = table.get(i & 63, 0) + i
+        for _ in range(20):
+            torch.empty(0)
+
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        work()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    return quantiles(samples)
+
+
 def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) -> dict[str, Any]:
     """KernelBench's per-call sequence on one problem's rebuilt best candidate, with the device's wait for the
     host's first launch measured by an event from Triton's launch-enter hook (module doc). `after`: what this
@@ -179,13 +200,14 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
             new(*inputs)
         torch.cuda.synchronize()
         samples: dict[str, list[float]] = {"kb_us": [], "flush_us": [], "idle_us": [], "kernel_us": [],
-                                           "host_call_us": []}
+                                           "host_call_us": [], "flush_host_us": []}
         knobs.runtime.launch_enter_hook = hook
         counting = True
         try:
             for _ in range(trials):
                 torch.cuda.synchronize()
                 pre, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                t_pre = time.perf_counter()
                 pre.record()
                 scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
                 scratch.fill_(42)
@@ -202,18 +224,21 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
                 samples["idle_us"].append(start.elapsed_time(marks[0]) * 1e3)
                 samples["kernel_us"].append(marks[0].elapsed_time(end) * 1e3)
                 samples["host_call_us"].append((t1 - t0) * 1e6)
+                samples["flush_host_us"].append((t0 - t_pre) * 1e6)
         finally:
             knobs.runtime.launch_enter_hook = None
             counting = False
         record["workloads"][w.name] = {k: quantiles(v) for k, v in samples.items()}
         cell = record["workloads"][w.name]
+        cell["cpu_reference_us"] = cpu_reference_us()
         if after == "count":
             cell["audit_events_per_call"] = {k: v / trials for k, v in events.most_common()}
             print(f"{problem_id} {w.name}: audit events per call {cell['audit_events_per_call']}", flush=True)
             events.clear()
         print(f"{problem_id} {w.name} (after {after}): KernelBench {cell['kb_us']['median']:.1f} us = device idle "
               f"{cell['idle_us']['median']:.1f} + kernels {cell['kernel_us']['median']:.1f}; flush "
-              f"{cell['flush_us']['median']:.1f} us; host call {cell['host_call_us']['median']:.1f} us", flush=True)
+              f"{cell['flush_us']['median']:.1f} us; host call {cell['host_call_us']['median']:.1f} us; CPU reference "
+              f"{cell['cpu_reference_us']['median']:.1f} us", flush=True)
     return record
 
 
