@@ -95,6 +95,34 @@ def test_compile_is_cached_and_failures_are_rows(prefect_harness, tmp_path: Path
     assert bad.is_completed() and bad.result().failure_kind == "import_error"
 
 
+def test_cached_stage_results_are_not_held_in_memory(prefect_harness, tmp_path: Path):
+    """A campaign compiles thousands of candidates in one flow. Prefect's in-memory result cache (an LRU of 1000 per
+    result store) held every CompileResult for the flow's life, ~7 kB each (the load run's memory slope); the
+    persisted result on disk still serves the cache hit."""
+    import gc
+
+    from prefect import flow
+
+    from flows.tasks import compile_task
+    from stages.contracts import Candidate, CompileRequest, CompileResult, Origin
+    from stages.problem import load_problem
+
+    problem = load_problem(ROOT / "tests" / "fixtures" / "problems" / "add.py")
+    source = (ROOT / "tests" / "fixtures" / "candidates" / "triton_add.py").read_text() + "\n# this test's own\n"
+    candidate = Candidate.make(problem.id, "triton", source, Origin(kind="user", proposer="fixture"))
+    req = CompileRequest(candidate=candidate, problem=problem, workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"))
+
+    @flow
+    def compile_twice() -> tuple[list[str], int]:
+        names = [compile_task(req, "subprocess", return_state=True).name for _ in range(2)]
+        gc.collect()
+        return names, sum(isinstance(o, CompileResult) and o.candidate_id == candidate.id for o in gc.get_objects())
+
+    names, alive = compile_twice()
+    assert names == ["Completed", "Cached"]
+    assert alive == 0, f"{alive} CompileResult still referenced inside the flow after its tasks returned"
+
+
 def test_only_infrastructure_faults_are_retried(prefect_harness):
     from prefect import flow, task
 
