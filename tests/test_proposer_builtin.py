@@ -65,6 +65,60 @@ def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) 
                    path, tmp_path)
 
 
+_INF = float("inf")
+SPECIAL_ROWS = [lambda r: r[:8].fill_(-_INF),  # the first chunk: every lane's maximum starts at -inf
+                lambda r: r[::8].fill_(-_INF),  # lane 0 is -inf in every chunk
+                lambda r: r[:-1].fill_(-_INF),  # one finite entry, in the last (ragged) chunk
+                lambda r: r.copy_(torch.arange(len(r)) * 20.0),  # a lane's max grows 160 a chunk: old sums underflow
+                lambda r: r.fill_(-_INF),  # torch: NaN
+                lambda r: r[len(r) // 2].fill_(_INF),  # torch: NaN
+                lambda r: r[len(r) // 3].fill_(float("nan"))]  # torch: NaN
+
+
+def _special_rows(t: torch.Tensor, first: int) -> torch.Tensor:
+    """t with SPECIAL_ROWS[first:] applied to its rows (of 8-wide chunks) in turn."""
+    rows = t.clone().reshape(-1, t.shape[-1])
+    for row, special in zip(rows, SPECIAL_ROWS[first:], strict=False):
+        special(row)
+    return rows.reshape(t.shape)
+
+
+@pytest.mark.parametrize(("stem", "walks"), [("01_softmax", 2), ("02_log_softmax", 2), ("18_scaled_bias_softmax", 2),
+                                           ("03_layernorm", 3), ("14_residual_layernorm", 3)])
+def test_looped_kernel_walks_a_softmax_row_twice_and_a_layernorm_row_three_times(stem: str, walks: int) -> None:
+    """Online softmax: the sum of exp(x - max) is accumulated in the max's walk of the row, so a looped softmax
+    walks it twice (max and sum, output); layernorm's mean and variance still take a walk each before the output's."""
+    path = next(p for p in PROBLEMS if p.stem == stem)
+    problem, module = load_problem(path), import_problem(path)
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)),
+                                         {"num_warps": 4, "max_block_d": 8})
+    assert source[source.index("def _kf_row_looped"):].count("while start <") == walks
+
+
+@pytest.mark.parametrize("stem", ["01_softmax", "02_log_softmax", "18_scaled_bias_softmax"])
+def test_looped_softmax_matches_torch_on_infinities_and_nan(stem: str, tmp_path: Path) -> None:
+    """The online max and sum match torch on rows with -inf entries, -inf lanes and a growing maximum, and give
+    torch's NaNs for rows of -inf, with +inf or with NaN; every row several 8-wide chunks."""
+    path = next(p for p in PROBLEMS if p.stem == stem)
+    problem, module = load_problem(path), import_problem(path)
+    params = {"num_warps": 4, "max_block_d": 8}
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
+    model_new = load_model_class(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise",
+                                                                             params=params)), tmp_path, "cpu")
+    for workload in problem.cpu_workloads:
+        init = workload_call(module, workload, "get_init_inputs")
+        reference, new = module.Model(*init), model_new(*init)
+        torch.manual_seed(0)
+        *head, last = workload_call(module, workload, "get_inputs")
+        assert last.shape[-1] > params["max_block_d"], workload.name
+        for first in range(0, len(SPECIAL_ROWS), last.numel() // last.shape[-1]):
+            inputs = [*head, _special_rows(last, first)]
+            with torch.no_grad():
+                ref, out = reference(*inputs), new(*inputs)
+            rms = ref[ref.isfinite()].pow(2).mean().sqrt().nan_to_num().item()  # (0 where every row is NaN)
+            torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4 * rms, equal_nan=True)
+
+
 @pytest.mark.parametrize("stem", ["01_softmax", "02_log_softmax", "03_layernorm", "06_row_mean", "07_row_max",
                                   "15_add_rmsnorm", "18_scaled_bias_softmax"])
 def test_multi_row_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) -> None:

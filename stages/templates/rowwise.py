@@ -3,7 +3,9 @@ ops around them; one program per row.
 
 Kernels chosen at runtime from the row length D: `resident` keeps the row in registers
 (BLOCK_D = next_power_of_2(D) <= max_block_d); `looped` walks the row in chunks of max_block_d, one pass per
-level of reduction (recomputing the pointwise lines it needs) and a last pass for the output. With `min_tile`,
+level of reduction (recomputing the pointwise lines it needs) and a last pass for the output, where a sum of
+exp(A - max(A)) is carried in its max's pass (online softmax: per-lane running maxima, sums rescaled as they grow),
+so a softmax reads its row twice, not three times. With `min_tile`,
 narrow rows (BLOCK_D < min_tile) go to `rows`: min_tile // BLOCK_D rows per program as one 2-D tile, reduced
 along its columns, so a program has as much work as a wide row's (one program per 1024-wide row left eager's
 multi-row kernels 6-13% ahead on the H200: BENCHMARKS.md, 01/02 gpu1).
@@ -120,9 +122,40 @@ def _accumulate(line: Line) -> tuple[list[str], list[str], list[str]]:
             [f"{line.name} = tl.min(tl.where({acc} == tl.max({acc}, axis=0), idx_{line.name}, D), axis=0)"])
 
 
+def _online(program: Program) -> dict[str, Line]:
+    """Sums carried in their max's pass, by the max's name: S = sum(tl.exp(A - M)) with M = max(A), A an elem line."""
+    carried: dict[str, Line] = {}
+    for s in (ln for ln in program.lines if ln.reduce == "sum"):
+        e = program.line(s.deps[0])
+        if len(e.deps) != 1 or e.expr != f"tl.exp({e.deps[0]})":
+            continue
+        d = program.line(e.deps[0])
+        if len(d.deps) != 2 or d.expr != "{} - {}".format(*d.deps):
+            continue
+        a, m = (program.line(name) for name in d.deps)
+        if a.kind == "elem" and m.reduce == "max" and m.deps == (a.name,):
+            carried.setdefault(m.name, s)
+    return carried
+
+
+def _online_accumulate(m: Line, s: Line) -> tuple[list[str], list[str], list[str]]:
+    """`_accumulate` for M = max(A) and S = sum(exp(A - M)) together: per lane a running max and a sum of exp(A - it),
+    rescaled when it grows. A lane of -inf only adds 0 (torch's NaN for a row of -inf comes from the output's
+    exp(-inf - -inf)); +inf or NaN makes S NaN, as in torch (lanes are guarded on S == 0, not on M == -inf, so a NaN
+    that the GPU's NaN-dropping maximum left out of M still reaches S)."""
+    inf, a, new, acc_m, acc_s = _MASKED["max"], f"m_{m.name}", f"new_{m.name}", f"acc_{m.name}", f"acc_{s.name}"
+    return ([f"{acc_m} = tl.full([BLOCK_D], {inf}, tl.float32)", f"{acc_s} = tl.zeros([BLOCK_D], dtype=tl.float32)"],
+            [f"{a} = {_masked(m)}", f"{new} = tl.maximum({acc_m}, {a})",
+             f"{acc_s} = {acc_s} * tl.where({new} == {inf}, 0.0, tl.exp({acc_m} - {new}))"
+             f" + tl.where({a} == {inf}, 0.0, tl.exp({a} - {new}))", f"{acc_m} = {new}"],
+            [f"{m.name} = tl.max({acc_m}, axis=0)",
+             f"{s.name} = tl.sum(tl.where({acc_s} == 0.0, 0.0, {acc_s} * tl.exp({acc_m} - {m.name})), axis=0)"])
+
+
 def _looped(program: Program) -> str:
     body, known = _prologue(program), set[str]()
-    levels = _levels(program)
+    levels, online = _levels(program), _online(program)
+    carried = {s.name for s in online.values()}
 
     def row_lines() -> list[str]:
         ready = [ln for ln in program.lines if ln.kind == "row" and not ln.reduce and ln.name not in known
@@ -130,13 +163,14 @@ def _looped(program: Program) -> str:
         known.update(ln.name for ln in ready)
         return [rows.pointwise(program, ln) for ln in ready]
 
-    for level in sorted({levels[ln.name] for ln in program.lines if ln.reduce}):
-        reduces = [ln for ln in program.lines if ln.reduce and levels[ln.name] == level]
-        parts = [_accumulate(ln) for ln in reduces]
+    for level in sorted({levels[ln.name] for ln in program.lines if ln.reduce and ln.name not in carried}):
+        reduces = [ln for ln in program.lines if ln.reduce and levels[ln.name] == level and ln.name not in carried]
+        parts = [_online_accumulate(ln, online[ln.name]) if ln.name in online else _accumulate(ln) for ln in reduces]
         body += [s for p in parts for s in p[0]]
         body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [s for p in parts for s in p[1]])
         body += [s for p in parts for s in p[2]]
         known.update(ln.name for ln in reduces)
+        known.update(online[ln.name].name for ln in reduces if ln.name in online)
         while (more := row_lines()):
             body += more
     if program.out_kind == "elem":
