@@ -249,9 +249,28 @@ def profile_promoted(run: Run, candidate: Candidate, mode: Mode, timeout_s: floa
     go, why = should_profile(run.profiling, candidate, compiled, True, run.promoted_structures)
     run.promoted_structures.append(structure(candidate, compiled))
     print(f"profile {candidate.id}: {why}")
-    if go:  # the first GPU shape: measured on a GPU; on a CPU its analytic roofline (advice for the GPU we target)
+    if go:  # on a GPU the shape it is weakest on; on a CPU the first GPU shape's analytic roofline (the GPU we target)
+        workload = weakest_workload(run.flat_timing, candidate.id) if run.device == "cuda" else None
         profile_and_refine(run, ProfileRequest(problem=run.problem, candidate=candidate, device=run.device,
-                                               **run.request_fields(candidate, "profile", timeout_s)), mode, compiled)
+                                               workload=workload, **run.request_fields(candidate, "profile", timeout_s)),
+                           mode, compiled)
+
+
+def weakest_workload(timed: BenchmarkResult | None, candidate_id: str) -> str | None:
+    """The workload where the candidate is furthest behind its fastest baseline (the largest candidate median over the
+    least baseline median of that workload): its profile's advice is about the shape that holds the search back (the
+    H200's losses were on later shapes: rows too long for the resident kernel, BENCHMARKS.md). None (the first GPU
+    workload) without this candidate's timing beside a baseline."""
+    if timed is None or timed.candidate_id != candidate_id:
+        return None
+    ratios: dict[str, float] = {}
+    for w in dict.fromkeys(t.workload for t in timed.timings):
+        rows = [t for t in timed.timings if t.workload == w]
+        mine = [t.median_us for t in rows if t.contender == "candidate"]
+        theirs = [t.median_us for t in rows if t.contender != "candidate"]
+        if mine and theirs:
+            ratios[w] = mine[0] / min(theirs)
+    return max(ratios, key=lambda w: ratios[w]) if ratios else None
 
 
 def profile_baselines(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: float) -> None:
