@@ -4,8 +4,9 @@ ops around them; one program per row.
 Kernels chosen at runtime from the row length D: `resident` keeps the row in registers
 (BLOCK_D = next_power_of_2(D) <= max_block_d); `looped` walks the row in chunks of max_block_d, one pass per
 level of reduction (recomputing the pointwise lines it needs) and a last pass for the output, where a sum of
-exp(A - max(A)) is carried in its max's pass (online softmax: per-lane running maxima, sums rescaled as they grow),
-so a softmax reads its row twice, not three times. With `min_tile`,
+exp(A - max(A)) is carried in its max's pass (online softmax: per-lane running maxima, sums rescaled as they grow)
+and a sum of (A - mean(A))^2 in its mean's (per-lane Welford), so a softmax or a layernorm reads its row twice, not
+three times. With `min_tile`,
 narrow rows (BLOCK_D < min_tile) go to `rows`: min_tile // BLOCK_D rows per program as one 2-D tile, reduced
 along its columns, so a program has as much work as a wide row's (one program per 1024-wide row left eager's
 multi-row kernels 6-13% ahead on the H200: BENCHMARKS.md, 01/02 gpu1).
@@ -152,10 +153,42 @@ def _online_accumulate(m: Line, s: Line) -> tuple[list[str], list[str], list[str
              f"{s.name} = tl.sum(tl.where({acc_s} == 0.0, 0.0, {acc_s} * tl.exp({acc_m} - {m.name})), axis=0)"])
 
 
+def _welford(program: Program) -> dict[str, tuple[Line, Line]]:
+    """Sums of squared deviations carried in their mean's pass, by the mean's sum: S2 = sum(d * d) with d = A - mean,
+    mean = S1 / D and S1 = sum(A), A an elem line (a layernorm's variance), with the mean line."""
+    carried: dict[str, tuple[Line, Line]] = {}
+    for s2 in (ln for ln in program.lines if ln.reduce == "sum"):
+        q = program.line(s2.deps[0])
+        if not q.deps or set(q.deps) != {q.deps[0]} or q.expr != f"{q.deps[0]} * {q.deps[0]}":
+            continue
+        d = program.line(q.deps[0])
+        if len(d.deps) != 2 or d.expr != "{} - {}".format(*d.deps):
+            continue
+        a, mean = (program.line(name) for name in d.deps)
+        if a.kind != "elem" or mean.kind != "row" or mean.reduce or mean.expr != f"{mean.deps[0]} / D":
+            continue
+        s1 = program.line(mean.deps[0])
+        if s1.reduce == "sum" and s1.deps == (a.name,):
+            carried.setdefault(s1.name, (s2, mean))
+    return carried
+
+
+def _welford_accumulate(s1: Line, s2: Line, mean: Line) -> tuple[list[str], list[str], list[str]]:
+    """Init and per-chunk lines of S2 in S1's pass (per lane: Welford's count, mean and sum of squared deviations of
+    A), and the line that gives S2 once the row's mean is known: the lanes' sums combined about it,
+    sum(m2 + n * (mu - mean)^2), which keeps the two-pass sum's accuracy (no E[x^2] - mean^2 cancellation)."""
+    a, n, mu, m2, delta = (f"{x}_{s2.name}" for x in ("w", "n", "mu", "m2", "delta"))
+    return ([f"{x} = tl.zeros([BLOCK_D], dtype=tl.float32)" for x in (n, mu, m2)],
+            [f"{a} = tl.where(mask, {s1.deps[0]}, 0.0)", f"{n} += tl.where(mask, 1.0, 0.0)", f"{delta} = {a} - {mu}",
+             f"{mu} += tl.where(mask, {delta} / tl.maximum({n}, 1.0), 0.0)",
+             f"{m2} += tl.where(mask, {delta} * ({a} - {mu}), 0.0)"],
+            [f"{s2.name} = tl.sum({m2} + {n} * ({mu} - {mean.name}) * ({mu} - {mean.name}), axis=0)"])
+
+
 def _looped(program: Program) -> str:
     body, known = _prologue(program), set[str]()
-    levels, online = _levels(program), _online(program)
-    carried = {s.name for s in online.values()}
+    levels, online, welford = _levels(program), _online(program), _welford(program)
+    carried = {s.name for s in online.values()} | {s2.name for s2, _ in welford.values()}
 
     def row_lines() -> list[str]:
         ready = [ln for ln in program.lines if ln.kind == "row" and not ln.reduce and ln.name not in known
@@ -166,11 +199,16 @@ def _looped(program: Program) -> str:
     for level in sorted({levels[ln.name] for ln in program.lines if ln.reduce and ln.name not in carried}):
         reduces = [ln for ln in program.lines if ln.reduce and levels[ln.name] == level and ln.name not in carried]
         parts = [_online_accumulate(ln, online[ln.name]) if ln.name in online else _accumulate(ln) for ln in reduces]
-        body += [s for p in parts for s in p[0]]
-        body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [s for p in parts for s in p[1]])
+        late = [_welford_accumulate(ln, *welford[ln.name]) for ln in reduces if ln.name in welford]
+        body += [s for p in parts + late for s in p[0]]
+        body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [s for p in parts + late for s in p[1]])
         body += [s for p in parts for s in p[2]]
         known.update(ln.name for ln in reduces)
         known.update(online[ln.name].name for ln in reduces if ln.name in online)
+        while (more := row_lines()):
+            body += more
+        body += [s for p in late for s in p[2]]  # after the row lines that give the mean
+        known.update(welford[ln.name][0].name for ln in reduces if ln.name in welford)
         while (more := row_lines()):
             body += more
     if program.out_kind == "elem":
