@@ -12,6 +12,11 @@ Compute counters) and refined, one at a time, in stage processes. Each profile i
 (bench/profiles/<problem>.<contender>.json, stages/captured.py) so that `--rerefine` re-derives the cells with
 the current tools, offline.
 
+Profiles are taken on the problem's first GPU workload unless `--workload` names another: a workload name (gpu2; a
+problem without it is skipped), or `worst`, each problem's workload where the best candidate is slowest against the
+faster baseline (`worst_workload`, from the result's medians). The first workload's cells stay under "profiles";
+another's go to "workload_profiles"[workload], its files to bench/profiles/<problem>.<workload>.<contender>.json.
+
 `--max-autotune` times the best candidate beside eager, torch.compile, torch.compile(mode="max-autotune") and
 mode="max-autotune-no-cudagraphs" in one benchmark process per problem (max-autotune's compilation and autotuning
 take minutes, so it is opt-in and bounded by --autotune-timeout; a timeout or failure is recorded, not dropped). Both
@@ -113,8 +118,11 @@ def profiles_of(store: Store, run_id: str, best: str | None) -> dict:
     return out
 
 
+CONTENDERS = ("candidate", "eager", "compile")
+
+
 def profile_only(args: argparse.Namespace) -> None:
-    """Profiles for results that lack them (see the module doc)."""
+    """Profiles for results that lack them, on the workload --workload picks (see the module doc)."""
     import torch
 
     from stages import captured
@@ -124,39 +132,114 @@ def profile_only(args: argparse.Namespace) -> None:
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None  # None: a CPU dry run
     work = Path(args.store) / "profile-only"
-    for dest, data in pending(args, "profiles"):
+    problems: dict[str, Problem] = {}
+
+    def target(problem_id: str, data: dict) -> tuple[str | None, str, str]:
+        """(the workload to profile, None to skip; the line saying why; the problem's first GPU workload)"""
+        if problem_id not in problems:
+            problems[problem_id] = load_problem(ROOT / "problems" / f"{problem_id}.py")
+        names = [w.name for w in problems[problem_id].gpu_workloads]
+        return *target_workload(names, data, args.workload), names[0]
+
+    def stored(problem_id: str, data: dict) -> dict | None:
+        workload, _, first = target(problem_id, data)
+        return None if workload is None else profiles_in(data, None if workload == first else workload)
+
+    for dest, data in pending(args, stored):
         started = time.monotonic()
-        problem = load_problem(ROOT / "problems" / f"{dest.stem}.py")
-        workload = problem.gpu_workloads[0].name
+        workload, why, first = target(dest.stem, data)
+        problem = problems[dest.stem]
+        if why:
+            print(f"{dest.stem}: {why}", flush=True)
+        if workload is None:
+            continue
+        slot = None if workload == first else workload  # None: the first workload, stored as before --workload
+        work_dir = work / dest.stem / (slot or "")
         common = dict(blob_dir=str(work / "blobs"), timeout_s=300.0)
         reqs, compiled, out = [], None, {}
         if (cand := rebuild(problem, data)) is not None:
             compiled = run_stage("compile", CompileRequest(candidate=cand, problem=problem,
-                                                           workdir=str(work / dest.stem / "compile"), **common))
-            reqs.append(ProfileRequest(problem=problem, candidate=cand, workdir=str(work / dest.stem / "candidate"),
+                                                           workdir=str(work_dir / "compile"), **common))
+            reqs.append(ProfileRequest(problem=problem, candidate=cand, workdir=str(work_dir / "candidate"),
                                        workload=workload, **common))
-        reqs += [ProfileRequest(problem=problem, contender=b, workdir=str(work / dest.stem / b), workload=workload,
+        reqs += [ProfileRequest(problem=problem, contender=b, workdir=str(work_dir / b), workload=workload,
                                 **common) for b in ("eager", "compile")]
         for req in reqs:
             res = run_stage("profile", req)
             own = req.candidate is not None and compiled is not None and compiled.status == "ok"
-            record = sidecar(Path(args.results), dest.stem, req.contender)
+            record = sidecar(Path(args.results), dest.stem, req.contender, slot)
             captured.dump(record, problem.path, gpu, res, req.candidate, compiled.kernels if own else [],
                           library_calls=compiled.library_calls if own else [])
             out[req.contender] = cell_of(record)
-            print(f"{dest.stem} {req.contender}: {json.dumps(out[req.contender])}", flush=True)
-        data["profiles"] = out
-        data["profile_wall_s"] = round(time.monotonic() - started, 1)
+            print(f"{dest.stem} {workload} {req.contender}: {json.dumps(out[req.contender])}", flush=True)
+        put_profiles(data, slot, out)
+        wall = round(time.monotonic() - started, 1)
+        if slot is None:
+            data["profile_wall_s"] = wall
+        else:
+            data.setdefault("workload_profile_wall_s", {})[slot] = wall
         dest.write_text(json.dumps(data, indent=1, default=str))  # on the GPU machine: tar bench/ into $OUT
 
 
-def pending(args: argparse.Namespace, key: str, done: Callable[[dict], bool] = bool) -> Iterator[tuple[Path, dict]]:
-    """The selected results (and their data) whose `key` is missing or not `done` (all of them without --skip-done),
-    until --max-minutes has passed."""
+def worst_workload(result: dict) -> tuple[str, float] | None:
+    """The workload of a result (bench/results/<problem>.json) where its best candidate fares worst against the
+    faster baseline, with that ratio: the largest candidate median / min(eager median, torch.compile median) over
+    its workloads (above 1: a baseline is faster), those of the max-autotune call when it compiled every shape
+    specialized (the search's own medians of torch.compile were shape-generic after the first shape before
+    2026-12-01). Workloads lacking any of the three medians are left out; None when none is left (no workloads, or
+    no candidate timed). A tie goes to the first workload by name."""
+    tuned = result.get("max_autotune") or {}
+    timed = tuned["workloads"] if tuned.get("specialized") and tuned.get("workloads") else result.get("workloads", {})
+    ratios = {w: t["candidate"][0] / min(t["eager"][0], t["compile"][0])
+              for w, t in sorted(timed.items())
+              if all(t.get(k) for k in ("candidate", "eager", "compile"))}
+    if not ratios:
+        return None
+    worst = max(ratios, key=ratios.__getitem__)
+    return worst, ratios[worst]
+
+
+def target_workload(workloads: list[str], data: dict, wanted: str | None) -> tuple[str | None, str]:
+    """The workload --profile-only profiles a result on, among its problem's GPU `workloads` (in order), and a line
+    to print (empty: nothing to say): the first without --workload, the one named, or the worst (worst_workload);
+    None when the problem is skipped, the line saying why."""
+    if wanted is None:
+        return workloads[0], ""
+    if wanted == "worst":
+        if (worst := worst_workload(data)) is None:
+            return None, "skipped: no workload with the best candidate, eager and torch.compile all timed"
+        name, ratio = worst
+        if name not in workloads:
+            return None, f"skipped: its worst workload {name} is not among the problem's ({', '.join(workloads)})"
+        return name, f"worst workload {name}: best candidate {ratio:.2f}x the faster baseline's median"
+    if wanted not in workloads:
+        return None, f"skipped: no GPU workload {wanted} (it has {', '.join(workloads)})"
+    return wanted, ""
+
+
+def profiles_in(data: dict, slot: str | None) -> dict:
+    """A result's profile cells of one workload ({} if none): slot None is the problem's first GPU workload, kept
+    under "profiles" as before --workload; another workload's are under "workload_profiles"[slot]."""
+    return (data.get("profiles") if slot is None else data.get("workload_profiles", {}).get(slot)) or {}
+
+
+def put_profiles(data: dict, slot: str | None, cells: dict) -> None:
+    """Store a workload's profile cells where profiles_in reads them."""
+    if slot is None:
+        data["profiles"] = cells
+    else:
+        data.setdefault("workload_profiles", {})[slot] = cells
+
+
+def pending(args: argparse.Namespace, key: str | Callable[[str, dict], dict | None],
+            done: Callable[[dict], bool] = bool) -> Iterator[tuple[Path, dict]]:
+    """The selected results (and their data) whose entry is missing or not `done` (all of them without
+    --skip-done), until --max-minutes has passed. The entry: data[key], or key(problem id, data) for a function."""
     deadline = time.monotonic() + args.max_minutes * 60
     for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
         data = json.loads(dest.read_text())
-        if args.skip_done and data.get(key) and done(data[key]):
+        entry = key(dest.stem, data) if callable(key) else data.get(key)
+        if args.skip_done and entry and done(entry):
             continue
         if time.monotonic() > deadline:
             print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
@@ -238,9 +321,22 @@ def render_max_autotune(rows: list[dict]) -> str:
 GENERIC = " (torch.compile shape-generic after the first shape)"  # a cell timed before baseline()'s dynamic=False
 
 
-def sidecar(results: Path, problem: str, contender: str) -> Path:
-    """Where --profile-only keeps a profile for offline re-refinement (stages/captured.py's format)."""
-    return results.parent / "profiles" / f"{problem}.{contender}.json"
+def sidecar(results: Path, problem: str, contender: str, slot: str | None = None) -> Path:
+    """Where --profile-only keeps a profile for offline re-refinement (stages/captured.py's format): slot None for
+    the problem's first GPU workload (<problem>.<contender>.json), else the workload, named in the file."""
+    name = f"{problem}.{contender}.json" if slot is None else f"{problem}.{slot}.{contender}.json"
+    return results.parent / "profiles" / name
+
+
+def sidecars(results: Path, problem: str) -> dict[str | None, dict[str, Path]]:
+    """A result's captured profiles on disk, by slot (as in sidecar: None, the first workload) and contender."""
+    out: dict[str | None, dict[str, Path]] = {}
+    for path in sorted((results.parent / "profiles").glob(f"{problem}.*.json")):
+        parts = path.name[len(problem) + 1:-len(".json")].split(".")
+        slot, who = (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1]) if len(parts) == 2 else (None, "")
+        if who in CONTENDERS:
+            out.setdefault(slot, {})[who] = path
+    return out
 
 
 def cell_of(record: Path) -> dict:
@@ -262,19 +358,24 @@ def captured_id(record: Path) -> str:
 
 
 def rerefine(args: argparse.Namespace) -> None:
-    """Re-derive the profile cells of the selected results from their captured profiles (no GPU)."""
+    """Re-derive the profile cells of the selected results from their captured profiles (no GPU), on every
+    workload that has them: the first's under "profiles", the others' under "workload_profiles"."""
     for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
         data = json.loads(dest.read_text())
-        cells = {who: cell_of(rec) for who in ("candidate", "eager", "compile")
-                 if (rec := sidecar(Path(args.results), dest.stem, who)).exists()}
-        if "candidate" in cells and captured_id(sidecar(Path(args.results), dest.stem, "candidate")) != data.get("best"):
-            print(f"{dest.stem}: the captured candidate profile is of another candidate than the best; kept as is")
-            cells["candidate"] = data.get("profiles", {}).get("candidate")
-            cells = {k: v for k, v in cells.items() if v is not None}
-        if cells:
-            data["profiles"] = cells
+        changed = []
+        for slot, records in sidecars(Path(args.results), dest.stem).items():
+            cells = {who: cell_of(records[who]) for who in CONTENDERS if who in records}
+            where = dest.stem + (f" {slot}" if slot else "")
+            if "candidate" in cells and captured_id(records["candidate"]) != data.get("best"):
+                print(f"{where}: the captured candidate profile is of another candidate than the best; kept as is")
+                cells["candidate"] = profiles_in(data, slot).get("candidate")
+                cells = {k: v for k, v in cells.items() if v is not None}
+            if cells:
+                put_profiles(data, slot, cells)
+                changed.append(f"{where}: {', '.join(cells)}")
+        if changed:
             dest.write_text(json.dumps(data, indent=1, default=str))
-            print(f"{dest.stem}: {', '.join(cells)} re-refined")
+            print("; ".join(changed) + " re-refined")
 
 
 def selected(paths: list[Path], only: str | None) -> list[Path]:
@@ -423,12 +524,13 @@ def render_results(rows: list[dict]) -> str:
 
 
 def render_profiles(rows: list[dict]) -> str:
-    """Per problem, the best candidate and the baselines on the first GPU workload, as profiled."""
+    """Per problem, the best candidate and the baselines as profiled: on the first GPU workload, then on each other
+    workload --profile-only --workload profiled (by name)."""
     lines = ["| problem | workload | contender | class | tools fired (cause first; x<y: x explained by y) | "
              "SOL fraction | energy mJ/call | time us | note |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        for i, who in enumerate(w for w in ("candidate", "eager", "compile") if w in r.get("profiles", {})):
-            c = r["profiles"][who]
+        slots = [r.get("profiles") or {}, *(cells for _, cells in sorted(r.get("workload_profiles", {}).items()))]
+        for i, (who, c) in enumerate([(who, slot[who]) for slot in slots for who in CONTENDERS if who in slot]):
             sol = f"{c['sol_fraction']:.2f}" if c.get("sol_fraction") is not None else "-"
             mj = f"{c['energy_j_per_call'] * 1e3:.2f}" if c.get("energy_j_per_call") is not None else "-"
             us = f"{c['time_us']:.1f}" if c.get("time_us") is not None else "-"
@@ -454,6 +556,9 @@ if __name__ == "__main__":
     ap.add_argument("--render", action="store_true", help="print the BENCHMARKS.md tables from bench/results")
     ap.add_argument("--profile-only", action="store_true", help="profile the best candidate and the baselines of "
                     "results that lack profiles (with --skip-done) or of all selected results; no search")
+    ap.add_argument("--workload", help="with --profile-only: the GPU workload to profile on instead of the first (a "
+                    "name such as gpu2; problems without it are skipped), or 'worst': per problem, the one where the "
+                    "best candidate is slowest against the faster of eager and torch.compile")
     ap.add_argument("--max-autotune", action="store_true", help="time the best candidate beside eager, "
                     "torch.compile and torch.compile(mode='max-autotune') in one process (with --skip-done: only "
                     "results that lack it); no search")
@@ -462,6 +567,8 @@ if __name__ == "__main__":
     ap.add_argument("--rerefine", action="store_true", help="re-derive the profile cells from bench/profiles/ with "
                     "the current tools (no GPU)")
     a = ap.parse_args()
+    if a.workload and not a.profile_only:
+        ap.error("--workload goes with --profile-only")
     if a.render:
         print(render(Path(a.results)))
     elif a.profile_only:

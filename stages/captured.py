@@ -1,8 +1,9 @@
 """A captured profile: one small JSON file holding what refine needs to run again offline, with no GPU.
 
 Written on the GPU machine by scripts/capture_ncu_fixtures.py (the defect fixtures under tests/fixtures/ncu/h200/)
-and by `scripts/bench_gpu.py --profile-only` (bench/profiles/<problem>.<contender>.json), so the tools can be
-recalibrated and BENCHMARKS.md's advice columns re-derived (`--rerefine`) without spending GPU time again.
+and by `scripts/bench_gpu.py --profile-only` (bench/profiles/<problem>[.<workload>].<contender>.json), so the
+tools can be recalibrated and BENCHMARKS.md's advice columns re-derived (`--rerefine`) without spending GPU time
+again.
 
     {"expected_tool": tool or null, "problem": path relative to the repository (else absolute), "gpu": device name,
      "candidate": Candidate or null (a baseline), "kernels": [KernelBinary: ptxas and SASS statistics],
