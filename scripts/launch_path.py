@@ -117,7 +117,7 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
 
 
 def cpu_reference_us(reps: int = 50) -> dict[str, float]:
-    """A fixed host-only workload, no device involved (a Python loop of attribute and dict work, then 20 empty CPU
+    """A fixed host-only workload, no device involved (a Python loop of dict updates, then 20 empty CPU
     tensors through torch's dispatcher): if a process whose first launches are slow runs this slower too, the host
     itself is slow (the VM's share of the CPU), not the candidate's launch path."""
     import torch
