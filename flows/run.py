@@ -48,6 +48,7 @@ from stages.contracts import (
 from stages.errors import KernelflowError, StopSearch
 from stages.executor import Mode
 from stages.llm.client import LLMBudget
+from stages.objective import weakest
 from stages.profiling_policy import ProfilingPolicy, should_profile, structure
 from stages.provenance import code_version
 from stages.refine import RefineRequest, evidence
@@ -263,14 +264,11 @@ def weakest_workload(timed: BenchmarkResult | None, candidate_id: str) -> str | 
     workload) without this candidate's timing beside a baseline."""
     if timed is None or timed.candidate_id != candidate_id:
         return None
-    ratios: dict[str, float] = {}
-    for w in dict.fromkeys(t.workload for t in timed.timings):
-        rows = [t for t in timed.timings if t.workload == w]
-        mine = [t.median_us for t in rows if t.contender == "candidate"]
-        theirs = [t.median_us for t in rows if t.contender != "candidate"]
-        if mine and theirs:
-            ratios[w] = mine[0] / min(theirs)
-    return max(ratios, key=lambda w: ratios[w]) if ratios else None
+    medians: dict[str, dict[str, float]] = {}
+    for t in timed.timings:
+        medians.setdefault(t.workload, {})[t.contender] = t.median_us
+    found = weakest(medians)
+    return found[0] if found else None
 
 
 def profile_baselines(run: Run, baselines: list[Baseline], mode: Mode, timeout_s: float) -> None:

@@ -188,15 +188,12 @@ def worst_workload(result: dict) -> tuple[str, float] | None:
     specialized (the search's own medians of torch.compile were shape-generic after the first shape before
     2026-12-01). Workloads lacking any of the three medians are left out; None when none is left (no workloads, or
     no candidate timed). A tie goes to the first workload by name."""
+    from stages.objective import weakest
+
     tuned = result.get("max_autotune") or {}
     timed = tuned["workloads"] if tuned.get("specialized") and tuned.get("workloads") else result.get("workloads", {})
-    ratios = {w: t["candidate"][0] / min(t["eager"][0], t["compile"][0])
-              for w, t in sorted(timed.items())
-              if all(t.get(k) for k in ("candidate", "eager", "compile"))}
-    if not ratios:
-        return None
-    worst = max(ratios, key=ratios.__getitem__)
-    return worst, ratios[worst]
+    return weakest({w: {k: t[k][0] for k in ("candidate", "eager", "compile")} for w, t in sorted(timed.items())
+                    if all(t.get(k) for k in ("candidate", "eager", "compile"))})
 
 
 def target_workload(workloads: list[str], data: dict, wanted: str | None) -> tuple[str | None, str]:

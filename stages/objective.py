@@ -41,3 +41,12 @@ def compare(a: Measured, b: Measured, min_rel_gap: float = MIN_REL_GAP) -> Verdi
     if ea is None or eb is None or abs(ea - eb) <= ENERGY_REL_GAP * min(ea, eb):
         return "tie"
     return "better" if ea < eb else "worse"
+
+
+def weakest(medians: dict[str, dict[str, float]]) -> tuple[str, float] | None:
+    """The workload where the candidate is furthest behind its fastest baseline, with that ratio: the largest
+    medians[w]["candidate"] / min(the other contenders' medians of w) (above 1: a baseline is faster there). A
+    workload without the candidate or without a baseline is left out; None when none is left. Ties: the first."""
+    ratios = {w: m["candidate"] / min(v for k, v in m.items() if k != "candidate")
+              for w, m in medians.items() if "candidate" in m and len(m) > 1}
+    return max(ratios.items(), key=lambda item: item[1]) if ratios else None
