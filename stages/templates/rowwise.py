@@ -165,7 +165,7 @@ def _welford(program: Program) -> dict[str, tuple[Line, Line]]:
         if len(d.deps) != 2 or d.expr != "{} - {}".format(*d.deps):
             continue
         a, mean = (program.line(name) for name in d.deps)
-        if a.kind != "elem" or mean.kind != "row" or mean.reduce or mean.expr != f"{mean.deps[0]} / D":
+        if a.kind != "elem" or mean.kind != "row" or len(mean.deps) != 1 or mean.expr != f"{mean.deps[0]} / D":
             continue
         s1 = program.line(mean.deps[0])
         if s1.reduce == "sum" and s1.deps == (a.name,):
