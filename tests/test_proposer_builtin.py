@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import triton
 
 from stages import generate
 from stages.candidate import load_model_class
-from stages.contracts import Candidate, GenerateRequest, Origin
+from stages.contracts import Candidate, GenerateRequest, Origin, Problem
 from stages.problem import import_problem, load_problem, workload_call
 from stages.templates import TEMPLATES
 from stages.templates.lowering import trace
@@ -53,17 +54,25 @@ def test_every_proposed_variant_matches_the_reference(path: Path, tmp_path: Path
         assert_matches(candidate, path, tmp_path)
 
 
+LOOPED = {"num_warps": 4, "max_block_d": 8}  # every CPU row is wider than 8: every row takes the looped kernel
+
+
+def looped(stem: str) -> tuple[Path, Problem, ModuleType, Candidate]:
+    """A problem's path, Problem, module and its rowwise candidate with LOOPED parameters."""
+    path = next(p for p in PROBLEMS if p.stem == stem)
+    problem, module = load_problem(path), import_problem(path)
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), LOOPED)
+    return path, problem, module, Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise",
+                                                                                params=LOOPED))
+
+
 @pytest.mark.parametrize("stem", ["01_softmax", "03_layernorm", "06_row_mean", "14_residual_layernorm", "15_add_rmsnorm",
                                   "18_scaled_bias_softmax"])
 def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) -> None:
-    path = next(p for p in PROBLEMS if p.stem == stem)
-    problem, module = load_problem(path), import_problem(path)
-    params = {"num_warps": 4, "max_block_d": 8}
-    for w in problem.cpu_workloads:  # every CPU row is wider than max_block_d: every row takes the looped kernel
+    path, problem, module, candidate = looped(stem)
+    for w in problem.cpu_workloads:
         assert max(x.shape[-1] for x in workload_call(module, w, "get_inputs", path, meta=True)) > 8, w.name
-    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
-    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
-                   path, tmp_path)
+    assert_matches(candidate, path, tmp_path)
 
 
 _INF = float("inf")
@@ -84,28 +93,21 @@ def _special_rows(t: torch.Tensor, first: int) -> torch.Tensor:
     return rows.reshape(t.shape)
 
 
-@pytest.mark.parametrize(("stem", "walks"), [("01_softmax", 2), ("02_log_softmax", 2), ("18_scaled_bias_softmax", 2),
-                                           ("03_layernorm", 2), ("14_residual_layernorm", 2), ("15_add_rmsnorm", 2)])
-def test_looped_kernel_walks_a_softmax_or_layernorm_row_twice(stem: str, walks: int) -> None:
+@pytest.mark.parametrize("stem", ["01_softmax", "02_log_softmax", "18_scaled_bias_softmax", "03_layernorm",
+                                  "14_residual_layernorm", "15_add_rmsnorm"])
+def test_looped_kernel_walks_a_softmax_or_layernorm_row_twice(stem: str) -> None:
     """Online softmax: the sum of exp(x - max) is accumulated in the max's walk of the row; Welford: the sum of
     (x - mean)^2 in the mean's. So a looped softmax or layernorm walks it twice (reductions, output), not three times."""
-    path = next(p for p in PROBLEMS if p.stem == stem)
-    problem, module = load_problem(path), import_problem(path)
-    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)),
-                                         {"num_warps": 4, "max_block_d": 8})
-    assert source[source.index("def _kf_row_looped"):].count("while start <") == walks
+    source = looped(stem)[3].source
+    assert source[source.index("def _kf_row_looped"):].count("while start <") == 2
 
 
 @pytest.mark.parametrize("stem", ["03_layernorm", "14_residual_layernorm"])
 def test_looped_layernorm_variance_keeps_its_accuracy_far_from_zero(stem: str, tmp_path: Path) -> None:
     """Rows of 1e4 + N(0, 1) against a float64 reference: a variance from E[x^2] - mean^2 in fp32 would lose it to
     cancellation (1e8 - 1e8); the per-lane Welford sums combined about the row's mean keep the two-pass accuracy."""
-    path = next(p for p in PROBLEMS if p.stem == stem)
-    problem, module = load_problem(path), import_problem(path)
-    params = {"num_warps": 4, "max_block_d": 8}
-    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
-    model_new = load_model_class(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise",
-                                                                             params=params)), tmp_path, "cpu")
+    _, problem, module, candidate = looped(stem)
+    model_new = load_model_class(candidate, tmp_path, "cpu")
     for workload in problem.cpu_workloads:
         init = workload_call(module, workload, "get_init_inputs")
         torch.manual_seed(0)
@@ -122,18 +124,14 @@ def test_looped_layernorm_variance_keeps_its_accuracy_far_from_zero(stem: str, t
 def test_looped_softmax_matches_torch_on_infinities_and_nan(stem: str, tmp_path: Path) -> None:
     """The online max and sum match torch on rows with -inf entries, -inf lanes and a growing maximum, and give
     torch's NaNs for rows of -inf, with +inf or with NaN; every row several 8-wide chunks."""
-    path = next(p for p in PROBLEMS if p.stem == stem)
-    problem, module = load_problem(path), import_problem(path)
-    params = {"num_warps": 4, "max_block_d": 8}
-    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
-    model_new = load_model_class(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise",
-                                                                             params=params)), tmp_path, "cpu")
+    _, problem, module, candidate = looped(stem)
+    model_new = load_model_class(candidate, tmp_path, "cpu")
     for workload in problem.cpu_workloads:
         init = workload_call(module, workload, "get_init_inputs")
         reference, new = module.Model(*init), model_new(*init)
         torch.manual_seed(0)
         *head, last = workload_call(module, workload, "get_inputs")
-        assert last.shape[-1] > params["max_block_d"], workload.name
+        assert last.shape[-1] > LOOPED["max_block_d"], workload.name
         for first in range(0, len(SPECIAL_ROWS), last.numel() // last.shape[-1]):
             inputs = [*head, _special_rows(last, first)]
             with torch.no_grad():
