@@ -75,6 +75,18 @@ def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) 
     assert_matches(candidate, path, tmp_path)
 
 
+@pytest.mark.parametrize("stem", ["03_layernorm", "18_scaled_bias_softmax"])
+def test_looped_kernel_takes_its_own_chunk_and_warps(stem: str, tmp_path: Path) -> None:
+    """loop_block_d and loop_warps set the looped kernel's launch apart from the resident kernel's cap: rows of
+    96-333 wider than max_block_d 64 walk in 16-wide chunks (ragged last chunks, Welford lane counts that differ)."""
+    path, problem, module, _ = looped(stem)
+    params = {"num_warps": 4, "max_block_d": 64, "loop_block_d": 16, "loop_warps": 1}
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
+    assert "_kf_row_looped[(rows,)](" in source and "BLOCK_D=16, num_warps=1)" in source
+    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
+                   path, tmp_path)
+
+
 _INF = float("inf")
 SPECIAL_ROWS = [lambda r: r[:8].fill_(-_INF),  # the first chunk: every lane's maximum starts at -inf
                 lambda r: r[::8].fill_(-_INF),  # lane 0 is -inf in every chunk

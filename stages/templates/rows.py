@@ -44,8 +44,9 @@ def head(program: Program) -> list[str]:
 
 def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str, looped: str) -> list[str]:
     """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one, the rest
-    to the looped one."""
+    to the looped one, in chunks of loop_block_d on loop_warps warps (default: max_block_d and num_warps)."""
     cap, warps, call = params["max_block_d"], params["num_warps"], launch(program)
+    chunk, chunk_warps = params.get("loop_block_d", cap), params.get("loop_warps", warps)
     lines = []
     if "min_tile" in params:
         tile = params["min_tile"]
@@ -58,6 +59,6 @@ def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str
         f"if block_d <= {cap}:",
         f"    {resident}[(rows,)]({call}, BLOCK_D=block_d, num_warps=max(1, min({warps}, block_d // 256)))",
         "else:",
-        f"    {looped}[(rows,)]({call}, BLOCK_D={cap}, num_warps={warps})",
+        f"    {looped}[(rows,)]({call}, BLOCK_D={chunk}, num_warps={chunk_warps})",
         "return out",
     ]
