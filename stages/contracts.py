@@ -179,6 +179,9 @@ class CompileResult(StageResult):
     kernels: list[KernelBinary] = Field(default_factory=list, description="kernels found and their resources")
     library_calls: list[str] = Field(default_factory=list, description="cuBLAS/cuDNN ops (e.g. aten.mm) the "
                                      "captured forward called: work whose kernels are not among `kernels`")
+    defined: list[str] = Field(default_factory=list, description="kernel functions the module defines, launched "
+                               "on the captured shape or not (a looped kernel taken only by longer rows): the "
+                               "candidate's own, whatever shape it is profiled on")
 
 
 def known_workloads(named: list[str] | None, known: list[str]) -> None:

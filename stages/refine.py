@@ -61,14 +61,16 @@ def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileR
                     sol_floor_us=profile.sol_floor_us, work=count_work(problem, workload) if workload else None,
                     profile=profile, binaries=compiled.kernels if compiled else [],
                     library_calls=compiled.library_calls if compiled else [],
+                    defined=compiled.defined if compiled else [],
                     peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for
                     launches_per_call=sum(k.invocations for k in profile.kernels) if profile.kernels else None)
 
 
 def not_own(ev: Evidence, found: list[Finding]) -> list[Finding]:
-    """The findings, those on a kernel the candidate did not compile (a library call's) marked not_own: for a
-    candidate whose own kernels are known, any other profiled kernel is a vendor library's (or PyTorch's)."""
-    own = {base_name(b.name) for b in ev.binaries}
+    """The findings, those on a kernel the candidate did not compile or define (a library call's) marked not_own: for
+    a candidate whose own kernels are known, any other profiled kernel is a vendor library's (or PyTorch's). A kernel
+    it defines but did not launch on the compiled shape (a looped kernel of longer rows) is its own."""
+    own = {base_name(b.name) for b in ev.binaries} | {base_name(name) for name in ev.defined}
     if ev.contender != "candidate" or not own:
         return found
     return [f.model_copy(update={"not_own": True}) if f.kernel and base_name(f.kernel) not in own else f

@@ -37,12 +37,13 @@ def test_triton_add_compiles_ahead_of_time_for_sm90(tmp_path):
     assert ".target sm_90a" in text_blob(req, res.blobs["ptx:add_kernel"])
     assert get_bytes(req.blob_dir, res.blobs["cubin:add_kernel"])[:4] == b"\x7fELF"
     assert "add_kernel" in text_blob(req, res.blobs["sass:add_kernel"])
-    assert res.toolchain["triton"] and res.toolchain["torch"]
+    assert res.toolchain["triton"] and res.toolchain["torch"] and res.defined == ["add_kernel"]
 
 
 def test_triton_without_problem_checks_statically(tmp_path):
     res, _ = compile_fixture(tmp_path, "triton_add", "triton", with_problem=False)
     assert (res.status, res.mode, res.kernels) == ("ok", "on_gpu_worker", []) and "add_kernel" in res.message
+    assert res.defined == ["add_kernel"]  # the module's own kernels, known before any launch
 
 
 def test_triton_type_error_in_kernel_is_compile_error_with_log(tmp_path):

@@ -11,7 +11,7 @@ from stages.contracts import KernelBinary
 from stages.refine import RefineRequest, run
 from stages.sass import sass_stats
 from stages.tools import TOOLS, select
-from tests.test_tools import H200, evidence, work
+from tests.test_tools import FIRES, H200, evidence, work
 
 SNIPPET = """
 		Function : _Z9scale_rowPKfPfi
@@ -81,6 +81,20 @@ def test_findings_in_a_library_kernel_are_context_not_actions():
     assert fb.findings[-1].not_own and "a library kernel the candidate calls, not its code" in fb.text
     baseline = run(RefineRequest(evidence=ev.model_copy(update={"contender": "eager", "candidate_id": "eager"})))
     assert not any(f.not_own for f in baseline.findings)  # a baseline compiles nothing: every kernel is its own
+
+
+def test_a_kernel_the_candidate_defines_but_did_not_compile_is_its_own():
+    """The H200 profile of problems/15 on its 28672-wide rows: the compile stage captured the 8192-wide shape, so
+    only `_kf_row_resident` was compiled, and the low occupancy of `_kf_row_looped` came back as a library kernel's
+    (context, no action). A kernel the candidate's module defines (CompileResult.defined) is its own."""
+    low = FIRES["low_occupancy"][0]
+    looped = low.profile.kernels[0].model_copy(update={"kernel": "_kf_row_looped"})
+    ev = low.model_copy(update={"profile": low.profile.model_copy(update={"kernels": [looped]}),
+                                "binaries": [KernelBinary(name="_kf_row_resident", registers=64)]})
+    assert [f.not_own for f in run(RefineRequest(evidence=ev)).findings if f.tool == "low_occupancy"] == [True]
+    ev = ev.model_copy(update={"defined": ["_kf_row_looped", "_kf_row_resident"]})
+    [found] = [f for f in run(RefineRequest(evidence=ev)).findings if f.tool == "low_occupancy"]
+    assert (found.kernel, found.not_own, found.action.kind) == ("_kf_row_looped", False, "raise_occupancy")
 
 
 def test_request_round_trips_as_json():

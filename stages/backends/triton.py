@@ -131,9 +131,9 @@ def compile(req: CompileRequest) -> CompileResult:
     kernels = triton_kernels(module)
     if not kernels:
         raise CandidateFault("compile_error", "no @triton.jit kernel found in the module")
-    names = ", ".join(kernels)
+    names, defined = ", ".join(kernels), sorted(kernels)
     if req.problem is None:
-        return result(req, mode="on_gpu_worker", message=f"imports; kernels found: {names}. No problem given, "
+        return result(req, mode="on_gpu_worker", defined=defined, message=f"imports; kernels found: {names}. No problem given, "
                       "so no launch arguments: binaries are produced at first launch on the GPU worker")
     errors: list[str] = []
     calls: Counter[str] = Counter()
@@ -152,11 +152,11 @@ def compile(req: CompileRequest) -> CompileResult:
     rows, blobs = harvest_triton(module, req.blob_dir)
     if where is None or not rows:
         reason = reason if where is None else f"forward at {where} launched no Triton kernel"
-        return result(req, mode="on_gpu_worker", kernels=rows, blobs=blobs, message=f"kernels found: {names}. "
+        return result(req, mode="on_gpu_worker", kernels=rows, blobs=blobs, defined=defined, message=f"kernels found: {names}. "
                       f"Ahead-of-time capture failed: {reason}. Binaries are produced at first launch on the GPU worker")
     unlaunched = sorted(set(kernels) - {r.name.split(".")[0] for r in rows})
     note = f"; not launched (helpers or other paths): {', '.join(unlaunched)}" if unlaunched else ""
-    return result(req, mode="ahead_of_time", kernels=rows, blobs=blobs,
+    return result(req, mode="ahead_of_time", kernels=rows, blobs=blobs, defined=defined,
                   library_calls=sorted(op for op in calls if op_class(op) == "vendor"),
                   message=f"compiled for {req.arch} from launches captured at {where}: "
                           f"{', '.join(r.name for r in rows)}{note}")

@@ -44,6 +44,8 @@ class Evidence(Contract):
     binaries: list[KernelBinary] = Field(default_factory=list, description="ptxas resources and SASS stats per kernel")
     library_calls: list[str] = Field(default_factory=list, description="vendor-library ops the candidate calls: "
                                      "their kernels are not among `binaries` (CompileResult.library_calls)")
+    defined: list[str] = Field(default_factory=list, description="kernel functions the candidate defines, compiled "
+                               "or not (CompileResult.defined): its own, like those of `binaries`")
     peaks: Peaks | None = Field(default=None, description="ceilings of the GPU; None: unknown GPU or CPU")
     launches_per_call: int | None = Field(default=None, description="kernels launched per forward, from the profile")
 
