@@ -13,7 +13,8 @@ multi-row kernels 6-13% ahead on the H200: BENCHMARKS.md, 01/02 gpu1).
 With `split_below`, few long rows (fewer than split_below, D > max_block_d) of a splittable program (a row
 output from sums, maxima or minima of the row) run in two stages: `partial` reduces column chunks of each row
 into a float32 buffer, `combine` reduces each row's partials and stores.
-Parameters: num_warps (at most; narrow rows use fewer), max_block_d, and optionally min_tile and split_below.
+Parameters: num_warps (at most; narrow rows use fewer), max_block_d, and optionally loop_block_d and loop_warps
+(the looped kernel's chunk and warps; default max_block_d and num_warps), min_tile and split_below.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from stages.templates.source import jit_source, module_source, store_source
 
 WARPS = (8, 16, 4)
 MAX_BLOCKS = (16384, 4096)
+# The looped kernel on 16 warps against 8 (H200, 2026-12-01, docs/LOG.md): faster or level in 8 of 9 cells of
+# chunk 4096-16384 x problems 01, 03, 15 at their long rows (16384-chunk 03 gpu2 755 against 838 us, 01 gpu2 879
+# against 1021, 15 gpu2 854 against 952).
+LOOP_WARPS = 16
 MIN_TILES = (4096,)
 # Split rows: fewer rows than SPLIT_BELOW, each longer than max_block_d, are cut into column chunks so that about
 # SPLIT_PROGRAMS programs run (64 rows of 8M on 132 SMs ran at 0.53x eager with one program per row).
@@ -45,11 +50,13 @@ def match(problem: Problem, traced: Traced) -> Plan:
 
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
-    """Multi-row tiles first (they change nothing for rows of min_tile or more), then one row per program."""
+    """Multi-row tiles first (they change nothing for rows of min_tile or more), then one row per program. Rows
+    wider than max_block_d loop in chunks of as many on LOOP_WARPS warps."""
     split = {"split_below": SPLIT_BELOW} if splittable(plan.program) else {}
     tiled = [{"num_warps": warps, "max_block_d": MAX_BLOCKS[0], "min_tile": tile, **split} for tile in MIN_TILES
              for warps in WARPS[:2]]
-    return tiled + [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
+    plain = [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
+    return [{**p, "loop_block_d": p["max_block_d"], "loop_warps": LOOP_WARPS} for p in tiled + plain]
 
 
 def _prologue(program: Program) -> list[str]:
