@@ -75,6 +75,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
+from chunk import Chunk  # noqa: E402
+
 TOLERANCE = 0.05  # |KernelBench-procedure median / kernelflow median - 1|
 KB_WARMUP, KB_TRIALS, KB_DISCARD = 3, 100, 1
 KB_FLUSH_BYTES = 32 * 1024 * 1024 * 8  # a 256 MiB int64 tensor, filled before every call
@@ -328,11 +330,12 @@ def selected(results: Path, only: str | None) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> None:
-    """Every selected problem with a best candidate, each in its own process, until --max-minutes has passed."""
+    """Every selected problem with a best candidate, each in its own process, while --max-minutes admits them
+    (scripts/chunk.py)."""
     refuse_without_cuda()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + args.max_minutes * 60
+    chunk = Chunk(args.max_minutes)
     for path in selected(Path(args.results), args.only):
         dest = out / path.name
         if not json.loads(path.read_text()).get("best_origin"):
@@ -340,8 +343,7 @@ def run(args: argparse.Namespace) -> None:
             continue
         if args.skip_done and dest.exists() and json.loads(dest.read_text()).get("status") in FINAL:
             continue
-        if time.monotonic() > deadline:
-            print(f"stopping before {path.stem}: --max-minutes reached; rerun with --skip-done to resume", flush=True)
+        if not chunk.admits(path.stem):
             return
         cmd = [sys.executable, __file__, "--worker", path.stem, "--results", args.results, "--out-dir", str(out),
                "--kb-trials", str(args.kb_trials)] + ["--kb-no-grad"] * args.kb_no_grad + \
@@ -452,7 +454,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma list of problem id prefixes, e.g. 01,09,17")
     ap.add_argument("--skip-done", action="store_true", help="skip problems whose record is final (ok or failed)")
-    ap.add_argument("--max-minutes", type=float, default=8.0, help="start no new problem after this")
+    ap.add_argument("--max-minutes", type=float, default=8.0, help="start no problem that would end after this, "
+                    "by the longest one so far in this call")
     ap.add_argument("--problem-timeout", type=float, default=240.0, help="seconds for one problem's process")
     ap.add_argument("--kb-trials", type=int, default=KB_TRIALS, help="KernelBench procedure's timed calls")
     ap.add_argument("--kb-no-grad", action="store_true", help="time the KernelBench procedure under no_grad "

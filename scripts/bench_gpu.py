@@ -39,8 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from chunk import Chunk  # noqa: E402
 
 from artifacts.leaderboard import leaderboard  # noqa: E402
 from artifacts.store import Store  # noqa: E402
@@ -231,15 +233,15 @@ def put_profiles(data: dict, slot: str | None, cells: dict) -> None:
 def pending(args: argparse.Namespace, key: str | Callable[[str, dict], dict | None],
             done: Callable[[dict], bool] = bool) -> Iterator[tuple[Path, dict]]:
     """The selected results (and their data) whose entry is missing or not `done` (all of them without
-    --skip-done), until --max-minutes has passed. The entry: data[key], or key(problem id, data) for a function."""
-    deadline = time.monotonic() + args.max_minutes * 60
+    --skip-done), while --max-minutes admits them (scripts/chunk.py). The entry: data[key], or key(problem id, data)
+    for a function."""
+    chunk = Chunk(args.max_minutes)
     for dest in selected(sorted(Path(args.results).glob("*.json")), args.only):
         data = json.loads(dest.read_text())
         entry = key(dest.stem, data) if callable(key) else data.get(key)
         if args.skip_done and entry and done(entry):
             continue
-        if time.monotonic() > deadline:
-            print(f"stopping before {dest.stem}: --max-minutes reached; rerun with --skip-done to resume")
+        if not chunk.admits(dest.stem):
             return
         yield dest, data
 
@@ -385,13 +387,12 @@ def run(args: argparse.Namespace) -> None:
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     problems = selected(sorted((ROOT / "problems").glob("*.py")), args.only)
-    deadline = time.monotonic() + args.max_minutes * 60
+    chunk = Chunk(args.max_minutes)
     for path in problems:
         dest = results / f"{path.stem}.json"
         if args.skip_done and dest.exists():
             continue
-        if time.monotonic() > deadline:
-            print(f"stopping before {path.stem}: --max-minutes reached; rerun with --skip-done to resume")
+        if not chunk.admits(path.stem):
             break
         started = time.monotonic()
         summary = optimize(str(path), budget=args.budget, store=args.store, device="cuda", sizes="gpu",
@@ -544,7 +545,8 @@ if __name__ == "__main__":
     ap.add_argument("--only", help="comma list of problem id prefixes, e.g. 01,02,17")
     ap.add_argument("--budget", type=int, default=2)
     ap.add_argument("--wall-time", type=float, default=300.0, help="per problem, seconds")
-    ap.add_argument("--max-minutes", type=float, default=8.0, help="start no new problem after this")
+    ap.add_argument("--max-minutes", type=float, default=8.0, help="start no problem that would end after this, "
+                    "by the longest one so far in this call")
     ap.add_argument("--skip-done", action="store_true")
     ap.add_argument("--no-baseline-profiles", action="store_true", help="search without profiling eager and "
                     "torch.compile (about 70 s a problem saved; --profile-only adds them later)")
