@@ -1,22 +1,15 @@
 """scripts/chunk.py: --max-minutes admits a problem only if the longest one so far would still end in the chunk."""
 
-import importlib.util
+from tests.test_flow import bench_script
 
-from tests.test_flow import ROOT
-
-
-def chunk_module():
-    spec = importlib.util.spec_from_file_location("chunk", ROOT / "scripts" / "chunk.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+Chunk = bench_script().Chunk  # as scripts/bench_gpu.py (and agreement.py) use it
 
 
 def test_a_problem_starts_only_if_the_longest_so_far_would_end_inside_the_chunk(capsys):
     """The 2026-12-01 call: problems of 211 and 185 s; the third started at 396 s under the old check (start before
     --max-minutes, there 7) and was killed at 600 s. With the default 8 minutes the third is not started now."""
     now = [0.0]
-    chunk = chunk_module().Chunk(8.0, clock=lambda: now[0])
+    chunk = Chunk(8.0, clock=lambda: now[0])
     assert chunk.admits("01_softmax")
     now[0] = 211.0
     assert chunk.admits("03_layernorm")
@@ -27,7 +20,7 @@ def test_a_problem_starts_only_if_the_longest_so_far_would_end_inside_the_chunk(
 
 def test_short_problems_fill_the_chunk():
     now = [0.0]
-    chunk = chunk_module().Chunk(1.0, clock=lambda: now[0])
+    chunk = Chunk(1.0, clock=lambda: now[0])
     started = []
     for name in "abcdefghij":
         if not chunk.admits(name):
