@@ -12,7 +12,8 @@ from collections.abc import Callable
 class Chunk:
     def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock, self.deadline = clock, clock() + minutes * 60
-        self.longest, self.started = 0.0, None  # type: float, float | None
+        self.longest: float = 0.0
+        self.started: float | None = None
 
     def admits(self, name: str) -> bool:
         """True to start `name` now (the previous admitted problem counts as ended); False, with the reason printed,
