@@ -77,6 +77,13 @@ def not_own(ev: Evidence, found: list[Finding]) -> list[Finding]:
             for f in found]
 
 
+def aimed(found: list[Finding]) -> list[Finding]:
+    """The findings, each action naming the kernel its finding is on (params["kernel"], a bare function name), so a
+    template with several kernels moves that kernel's own parameters first (stages/proposers/mutations.py)."""
+    return [f.model_copy(update={"action": f.action.model_copy(
+        update={"params": {**f.action.params, "kernel": base_name(f.kernel)}})}) if f.kernel else f for f in found]
+
+
 def causes_first(found: list[Finding]) -> list[Finding]:
     """The findings, each marked with the most severe other finding that explains it on the same kernel (or on
     the whole call)."""
@@ -96,7 +103,7 @@ def run(req: RefineRequest) -> Feedback:
         ev = ev.model_copy(update={"bound": bound})
     tools = select(ev.bound)
     found = [f for t in tools for f in t.check(ev) if f.severity >= MIN_SEVERITY]
-    findings = sorted(not_own(ev, causes_first(found)),
+    findings = sorted(not_own(ev, causes_first(aimed(found))),
                       key=lambda f: (f.not_own, f.explained_by is not None, -f.severity))
     findings = findings[:req.max_findings]
     return Feedback(problem_id=ev.problem_id, candidate_id=ev.candidate_id, contender=ev.contender, bound=ev.bound,

@@ -36,6 +36,9 @@ def test_long_rows_move_the_looped_kernel_apart_and_a_joint_move_stays_in_bounds
     traffic = apply(Action(kind="reduce_dram_traffic"), looped)
     assert traffic[:3] == [{**looped, "max_block_d": 32768, "num_warps": 32}, {**looped, "max_block_d": 32768},
                            {**looped, "loop_block_d": 32768}]
+    aimed = apply(Action(kind="raise_occupancy", params={"limiter": "registers", "kernel": "_kf_row_looped"}), looped)
+    assert aimed[:2] == [{**looped, "loop_block_d": 8192}, {**looped, "loop_warps": 32}]  # that kernel's own first
+    assert sorted(map(str, aimed)) == sorted(map(str, regs))
     widest = {**looped, "num_warps": 32}
     assert apply(Action(kind="reduce_dram_traffic"), widest)[0] == {**widest, "max_block_d": 32768}  # no 64 warps
 

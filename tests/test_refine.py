@@ -95,6 +95,7 @@ def test_a_kernel_the_candidate_defines_but_did_not_compile_is_its_own():
     ev = ev.model_copy(update={"defined": ["_kf_row_looped", "_kf_row_resident"]})
     [found] = [f for f in run(RefineRequest(evidence=ev)).findings if f.tool == "low_occupancy"]
     assert (found.kernel, found.not_own, found.action.kind) == ("_kf_row_looped", False, "raise_occupancy")
+    assert found.action.params["kernel"] == "_kf_row_looped"  # so the proposer moves that kernel's parameters first
 
 
 def test_request_round_trips_as_json():

@@ -92,10 +92,20 @@ _NOT_PARAMETERS = {
 }
 
 
+# Parameters that launch one kernel of a several-kernel template, by the kernel name's ending (stages/templates/
+# rows.py: the looped kernel of rows wider than max_block_d, `_kf_row_looped` and `_kf_scan_looped`).
+KERNEL_PARAMS = {"_looped": ("loop_block_d", "loop_warps")}
+
+
 def apply(action: Action, params: Params) -> list[Params]:
-    """The parameter sets `action` suggests for a parent with `params`, nearest first."""
+    """The parameter sets `action` suggests for a parent with `params`, nearest first; when the action names a
+    kernel (refine's params["kernel"]) with parameters of its own, the sets that move those come first (01 gpu2's
+    low occupancy was in the looped kernel, and num_warps x2 or max_block_d /2 would not have changed it)."""
     rule = RULES.get(action.kind)
-    return rule(params, action) if rule else []
+    moves = rule(params, action) if rule else []
+    kernel = str(action.params.get("kernel", ""))
+    own = next((keys for end, keys in KERNEL_PARAMS.items() if kernel.endswith(end)), ())
+    return sorted(moves, key=lambda p: not any(p.get(k) != params.get(k) for k in own))
 
 
 def why_not(action: Action, params: Params) -> str:
