@@ -57,13 +57,14 @@ def test_every_proposed_variant_matches_the_reference(path: Path, tmp_path: Path
 LOOPED = {"num_warps": 4, "max_block_d": 8}  # every CPU row is wider than 8: every row takes the looped kernel
 
 
-def looped(stem: str) -> tuple[Path, Problem, ModuleType, Candidate]:
-    """A problem's path, Problem, module and its rowwise candidate with LOOPED parameters."""
+def looped(stem: str, params: dict | None = None) -> tuple[Path, Problem, ModuleType, Candidate]:
+    """A problem's path, Problem, module and its rowwise candidate with `params` (default LOOPED)."""
+    params = params or LOOPED
     path = next(p for p in PROBLEMS if p.stem == stem)
     problem, module = load_problem(path), import_problem(path)
-    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), LOOPED)
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
     return path, problem, module, Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise",
-                                                                                params=LOOPED))
+                                                                                params=params))
 
 
 @pytest.mark.parametrize("stem", ["01_softmax", "03_layernorm", "06_row_mean", "14_residual_layernorm", "15_add_rmsnorm",
@@ -79,12 +80,9 @@ def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) 
 def test_looped_kernel_takes_its_own_chunk_and_warps(stem: str, tmp_path: Path) -> None:
     """loop_block_d and loop_warps set the looped kernel's launch apart from the resident kernel's cap: rows of
     96-333 wider than max_block_d 64 walk in 16-wide chunks (ragged last chunks, Welford lane counts that differ)."""
-    path, problem, module, _ = looped(stem)
-    params = {"num_warps": 4, "max_block_d": 64, "loop_block_d": 16, "loop_warps": 1}
-    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
-    assert "_kf_row_looped[(rows,)](" in source and "BLOCK_D=16, num_warps=1)" in source
-    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
-                   path, tmp_path)
+    path, _, _, candidate = looped(stem, {"num_warps": 4, "max_block_d": 64, "loop_block_d": 16, "loop_warps": 1})
+    assert "_kf_row_looped[(rows,)](" in candidate.source and "BLOCK_D=16, num_warps=1)" in candidate.source
+    assert_matches(candidate, path, tmp_path)
 
 
 _INF = float("inf")
