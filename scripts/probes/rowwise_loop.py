@@ -18,11 +18,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from bench_gpu import rebuild  # noqa: E402
+
 from stages import benchmark  # noqa: E402
-from stages.contracts import BenchmarkRequest, Candidate, Origin  # noqa: E402
-from stages.problem import import_problem, load_problem  # noqa: E402
-from stages.templates import TEMPLATES  # noqa: E402
-from stages.templates.lowering import trace  # noqa: E402
+from stages.contracts import BenchmarkRequest  # noqa: E402
+from stages.problem import load_problem  # noqa: E402
 
 CHUNKS, WARPS = (2048, 4096, 8192, 16384), (4, 8, 16)
 
@@ -41,14 +41,12 @@ def probe(problem_id: str, workload: str, budget_s: float, device: str = "cuda")
     problem = load_problem(ROOT / "problems" / f"{problem_id}.py")
     data = json.loads((ROOT / "bench" / "results" / f"{problem_id}.json").read_text())
     family, base = data["best_origin"][0], json.loads(data["best_origin"][1])
-    template = TEMPLATES[family]
-    plan = template.match(problem, trace(problem, import_problem(problem.path)))
     sizes = "gpu" if device == "cuda" else "cpu"
     params = variants(base, next(w for w in problem.workloads(sizes) if w.name == workload).params["dim"])
     rows = []
     for i, p in enumerate(params):
-        cand = Candidate.make(problem.id, "triton", template.render(plan, p),
-                              Origin(kind="builtin", proposer=family, params=p))
+        cand = rebuild(problem, {"best_origin": [family, json.dumps(p)]})
+        assert cand is not None
         baselines = ["eager", "compile"] if i in (0, len(params) - 1) else ["eager"]
         with tempfile.TemporaryDirectory() as work:
             started = time.monotonic()
