@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stages.contracts import Action
+from stages.templates.rows import KERNEL_PARAMS
 
 Params = dict[str, Any]
 
@@ -90,11 +91,6 @@ _NOT_PARAMETERS = {
     "cheaper_instructions": "instruction choice follows the reference's math; fast-math is not a template parameter",
     "fuse_kernels": "a template is already one kernel (or one kernel after a library call)",
 }
-
-
-# Parameters that launch one kernel of a several-kernel template, by the kernel name's ending (stages/templates/
-# rows.py: the looped kernel of rows wider than max_block_d, `_kf_row_looped` and `_kf_scan_looped`).
-KERNEL_PARAMS = {"_looped": ("loop_block_d", "loop_warps")}
 
 
 def apply(action: Action, params: Params) -> list[Params]:

@@ -42,6 +42,11 @@ def head(program: Program) -> list[str]:
             "block_d = triton.next_power_of_2(D)"]
 
 
+# The looped kernel's own launch parameters, by the ending of its name (`_kf_row_looped`, `_kf_scan_looped`): a
+# profiler finding on that kernel moves these first (stages/proposers/mutations.py).
+KERNEL_PARAMS = {"_looped": ("loop_block_d", "loop_warps")}
+
+
 def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str, looped: str) -> list[str]:
     """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one, the rest
     to the looped one, in chunks of loop_block_d on loop_warps warps (default: max_block_d and num_warps)."""
