@@ -419,25 +419,44 @@ def render(out_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def speedups(out_dir: Path) -> str:
-    """Issue 4's speedup tables (scripts/bench_gpu.py's render_results) from kernelflow's own medians in the records
-    of a `--with-compile` run: the best kernels of bench/results re-timed beside eager and torch.compile in one call."""
-    from bench_gpu import geomean, is_fusion, render_results, sol_floors
-
-    rows, ceilings = [], ["", "| problem | kind | SOL fraction: torch.compile | best candidate | ceiling x torch.compile "
-                              "(a kernel at the SOL floor) |", "|---|---|---|---|---|"]
-    kinds: dict[bool, list[float]] = {True: [], False: []}
-    for path in sorted(out_dir.glob("*.json")):
-        r = json.loads(path.read_text())
-        if r.get("status") != "ok" or r.get("device") != "cuda" or not r.get("kernelflow_medians"):
-            continue
+def _timed(r: dict[str, Any]) -> tuple[dict[str, dict[str, list[float]]], str] | None:
+    """A GPU record's medians per workload and contender ([median, ci low, ci high]) and its GPU's name: an
+    agreement record of a `--with-compile` run (kernelflow_medians), or a search's record of bench/results
+    (workloads, provenance). None for anything else (a failure, a CPU record)."""
+    if r.get("kernelflow_medians"):
+        if r.get("status") != "ok" or r.get("device") != "cuda":
+            return None
         workloads: dict[str, dict[str, list[float]]] = {}
         for key, t in r["kernelflow_medians"].items():
             w, contender = key.split("/", 1)
             workloads.setdefault(w, {})[contender] = [t["median_us"], t["ci_low_us"], t["ci_high_us"]]
+        return workloads, str(r.get("device_name"))
+    provenance = r.get("provenance") or {}
+    if r.get("workloads") and provenance.get("device") == "cuda":
+        return r["workloads"], str(provenance.get("device_name"))
+    return None
+
+
+def speedups(sources: list[Path]) -> str:
+    """Issue 4's speedup tables (scripts/bench_gpu.py's render_results) from kernelflow's own medians: the records
+    of a `--with-compile` run (the best kernels of bench/results re-timed beside eager and torch.compile in one call)
+    in a directory, or single record files, agreement's or bench/results' (a search's own call). A later source's
+    record of a problem replaces an earlier one's."""
+    from bench_gpu import geomean, is_fusion, render_results, sol_floors
+
+    records: dict[str, tuple[dict[str, Any], tuple[dict[str, dict[str, list[float]]], str]]] = {}
+    for source in sources:
+        for path in sorted(source.glob("*.json")) if source.is_dir() else [source]:
+            r = json.loads(path.read_text())
+            if (timed := _timed(r)) is not None:
+                records[r["problem"]] = r, timed
+    rows, ceilings = [], ["", "| problem | kind | SOL fraction: torch.compile | best candidate | ceiling x torch.compile "
+                              "(a kernel at the SOL floor) |", "|---|---|---|---|---|"]
+    kinds: dict[bool, list[float]] = {True: [], False: []}
+    for _, (r, (workloads, gpu)) in sorted(records.items()):
         rows.append({"problem": r["problem"], "workloads": workloads,
                      "compile_specialized": r.get("compile_specialized", False)})
-        if floors := sol_floors(r["problem"], str(r.get("device_name"))):  # geomeans over the shapes
+        if floors := sol_floors(r["problem"], gpu):  # geomeans over the shapes
             shapes = [w for w in floors if {"compile", "candidate"} <= set(workloads.get(w, {}))]
             frac = {c: geomean([floors[w] / workloads[w][c][0] for w in shapes]) for c in ("compile", "candidate")}
             fusion = is_fusion(r["problem"])
@@ -466,13 +485,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-dir", default=str(ROOT / "bench" / "agreement"))
     ap.add_argument("--render", action="store_true", help="print the BENCHMARKS.md table from --out-dir")
     ap.add_argument("--render-speedups", action="store_true", help="print issue 4's speedup tables from the "
-                    "kernelflow medians of a --with-compile run in --out-dir")
+                    "kernelflow medians of a --with-compile run in --out-dir, each --also replacing its problems")
+    ap.add_argument("--also", nargs="*", default=[], help="with --render-speedups: later records (directories or "
+                    "files, agreement's or bench/results') that replace --out-dir's of the same problem")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # one problem, in this process
     args = ap.parse_args(argv)
     if args.render:
         print(render(Path(args.out_dir)))
     elif args.render_speedups:
-        print(speedups(Path(args.out_dir)))
+        print(speedups([Path(args.out_dir), *map(Path, args.also)]))
     elif args.worker:
         worker(args)
     else:

@@ -124,12 +124,19 @@ def test_speedups_are_rendered_from_kernelflows_medians_with_the_sol_ceiling(agr
               "kernelflow_medians": medians, "compile_specialized": True}
     (tmp_path / "09_silu.json").write_text(json.dumps(record))
     (tmp_path / "10_matmul_bf16.json").write_text(json.dumps({**record, "problem": "10_matmul_bf16", "device": "cpu"}))
-    out = agreement.speedups(tmp_path)
+    out = agreement.speedups([tmp_path])
     assert "| 09_silu | single op | 2.50 | 1.10 | 2.27 | candidate | 1.10 |" in out and "10_matmul_bf16" not in out
     row = next(line for line in out.splitlines() if line.startswith("| 09_silu | single op | 0."))
     compile_fraction, candidate_fraction, ceiling = (float(x) for x in row.split("|")[3:6])
     assert candidate_fraction > compile_fraction and abs(ceiling * compile_fraction - 1) < 0.01
     assert "single ops: a kernel at the SOL floor on every shape would be" in out
+    searched = {"problem": "09_silu", "compile_specialized": True, "provenance": {"device": "cuda",
+                "device_name": "NVIDIA H200"}, "workloads": {w: {"eager": [1250.0, 1249.0, 1251.0], "compile": [
+                    550.0, 549.0, 551.0], "candidate": [440.0, 439.0, 441.0]} for w in ("gpu0", "gpu1")}}
+    (tmp_path / "searched.json").write_text(json.dumps(searched))  # a later search's record of bench/results
+    later = agreement.speedups([tmp_path, tmp_path / "searched.json"])
+    assert "| 09_silu | single op | 2.84 | 1.25 | 2.27 | candidate | 1.25 |" in later
+    (tmp_path / "searched.json").unlink()
     del record["compile_specialized"]  # a record from before torch.compile was specialized per shape
     (tmp_path / "09_silu.json").write_text(json.dumps(record))
-    assert "| 09_silu † | single op |" in agreement.speedups(tmp_path)
+    assert "| 09_silu † | single op |" in agreement.speedups([tmp_path])
