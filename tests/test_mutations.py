@@ -21,26 +21,25 @@ def test_latency_and_parallelism_moves():
     assert apply(Action(kind="hide_memory_latency"), MATMUL)[0] == {**MATMUL, "num_stages": 4}
     assert apply(Action(kind="hide_memory_latency"), ROWWISE)[0] == {**ROWWISE, "num_warps": 16}
     assert apply(Action(kind="more_parallelism"), ROWWISE) == [{**ROWWISE, "min_tile": 2048}]
-    assert apply(Action(kind="reduce_dram_traffic"), ROWWISE)[:2] == [{**ROWWISE, "max_block_d": 32768, "num_warps": 16},
-                                                                       {**ROWWISE, "max_block_d": 32768}]
+    assert apply(Action(kind="reduce_dram_traffic"), ROWWISE) == [{**ROWWISE, "max_block_d": 32768}]
     assert apply(Action(kind="increase_ilp"), ELEMENTWISE)[:2] == [{"BLOCK": 2048, "num_warps": 8},
                                                                     {"BLOCK": 1024, "num_warps": 4}]
 
 
 def test_long_rows_move_the_looped_kernel_apart_and_a_joint_move_stays_in_bounds():
     """The looped kernel's chunk and warps move on their own (its low occupancy halves the chunk, more DRAM
-    traffic doubles it); the wider-row move doubles max_block_d and num_warps together, or neither past a bound."""
+    traffic doubles it); a wider resident row stops at 32768 (the resident kernel's warps follow the row,
+    rows.resident_warps, and 32 warps hold 32768 at 32 elements a thread)."""
     looped = {"num_warps": 16, "max_block_d": 16384, "loop_block_d": 16384, "loop_warps": 16}
     regs = apply(Action(kind="raise_occupancy", params={"limiter": "registers"}), looped)
     assert {**looped, "loop_block_d": 8192} in regs and {**looped, "loop_warps": 32} in regs
     traffic = apply(Action(kind="reduce_dram_traffic"), looped)
-    assert traffic[:3] == [{**looped, "max_block_d": 32768, "num_warps": 32}, {**looped, "max_block_d": 32768},
-                           {**looped, "loop_block_d": 32768}]
+    assert traffic == [{**looped, "max_block_d": 32768}, {**looped, "loop_block_d": 32768}]
     aimed = apply(Action(kind="raise_occupancy", params={"limiter": "registers", "kernel": "_kf_row_looped"}), looped)
     assert aimed[:2] == [{**looped, "loop_block_d": 8192}, {**looped, "loop_warps": 32}]  # that kernel's own first
     assert sorted(map(str, aimed)) == sorted(map(str, regs))
-    widest = {**looped, "num_warps": 32}
-    assert apply(Action(kind="reduce_dram_traffic"), widest)[0] == {**widest, "max_block_d": 32768}  # no 64 warps
+    widest = {**looped, "max_block_d": 32768}
+    assert apply(Action(kind="reduce_dram_traffic"), widest) == [{**widest, "loop_block_d": 32768}]
 
 
 def test_bounds_hold_and_inexpressible_actions_say_why():

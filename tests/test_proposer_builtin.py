@@ -103,6 +103,25 @@ def _special_rows(t: torch.Tensor, first: int) -> torch.Tensor:
     return rows.reshape(t.shape)
 
 
+def test_resident_rows_up_to_32768_get_warps_enough_for_32_elements_a_thread() -> None:
+    """The default variant keeps 15's 28672-wide GPU row resident on 32 warps (on the H200: 650 us, 707 on 16 warps,
+    754-854 looped); rows of 8192 keep the variant's own warps (8 or 16), and the scan family has no such floor."""
+    from stages.templates import rowwise
+    from stages.templates.rows import resident_warps
+
+    def warps(block_d: int, num_warps: int, per_thread: int | None = rowwise.PER_THREAD) -> int:
+        return eval(resident_warps("block_d", num_warps, per_thread), {"block_d": block_d})
+
+    assert [warps(32768, w) for w in (4, 8, 16)] == [32, 32, 32]
+    assert [warps(8192, w) for w in (4, 8, 16)] == [8, 8, 16] and warps(8192, 4, None) == 4
+    assert warps(1024, 16) == 4  # at least 8 elements a thread, as before
+    _, problem, module, _ = looped("15_add_rmsnorm")
+    plan = TEMPLATES["rowwise"].match(problem, trace(problem, module))
+    first = TEMPLATES["rowwise"].variants(plan)[0]
+    assert first["max_block_d"] >= 28672 and first["loop_block_d"] == 16384
+    assert resident_warps("block_d", first["num_warps"], rowwise.PER_THREAD) in TEMPLATES["rowwise"].render(plan, first)
+
+
 @pytest.mark.parametrize("stem", ["01_softmax", "02_log_softmax", "18_scaled_bias_softmax", "03_layernorm",
                                   "14_residual_layernorm", "15_add_rmsnorm"])
 def test_looped_kernel_walks_a_softmax_or_layernorm_row_twice(stem: str) -> None:

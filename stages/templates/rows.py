@@ -47,9 +47,19 @@ def head(program: Program) -> list[str]:
 KERNEL_PARAMS = {"_looped": ("loop_block_d", "loop_warps")}
 
 
-def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str, looped: str) -> list[str]:
-    """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one, the rest
-    to the looped one, in chunks of loop_block_d on loop_warps warps (default: max_block_d and num_warps)."""
+def resident_warps(block_d: str, warps: int, per_thread: int | None) -> str:
+    """The resident kernel's warps for a row block of `block_d` (an expression): num_warps, at most one warp per 256
+    elements, and with `per_thread` at least enough warps that a thread holds no more than that many elements of
+    each row value (up to Triton's 32)."""
+    fit = f"max(1, min({warps}, {block_d} // 256))"
+    return f"max({fit}, min(32, {block_d} // {32 * per_thread}))" if per_thread else fit
+
+
+def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str, looped: str,
+             per_thread: int | None = None) -> list[str]:
+    """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one (on
+    `resident_warps`), the rest to the looped one, in chunks of loop_block_d on loop_warps warps (default:
+    max_block_d and num_warps)."""
     cap, warps, call = params["max_block_d"], params["num_warps"], launch(program)
     chunk, chunk_warps = params.get("loop_block_d", cap), params.get("loop_warps", warps)
     lines = []
@@ -62,7 +72,7 @@ def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str
                  "    return out"]
     return lines + [
         f"if block_d <= {cap}:",
-        f"    {resident}[(rows,)]({call}, BLOCK_D=block_d, num_warps=max(1, min({warps}, block_d // 256)))",
+        f"    {resident}[(rows,)]({call}, BLOCK_D=block_d, num_warps={resident_warps('block_d', warps, per_thread)})",
         "else:",
         f"    {looped}[(rows,)]({call}, BLOCK_D={chunk}, num_warps={chunk_warps})",
         "return out",

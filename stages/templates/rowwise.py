@@ -28,11 +28,15 @@ from stages.templates.program import Line, Plan, Program, TemplateMismatch
 from stages.templates.source import jit_source, module_source, store_source
 
 WARPS = (8, 16, 4)
-MAX_BLOCKS = (16384, 4096)
-# The looped kernel on 16 warps against 8 (H200, 2026-12-01, docs/LOG.md): faster or level in 8 of 9 cells of
-# chunk 4096-16384 x problems 01, 03, 15 at their long rows (16384-chunk 03 gpu2 755 against 838 us, 01 gpu2 879
-# against 1021, 15 gpu2 854 against 952).
-LOOP_WARPS = 16
+# Rows up to 32768 stay resident, on enough warps that a thread holds at most PER_THREAD elements of a row value
+# (rows.resident_warps): a 28672-wide row on the H200 (15 gpu2, 2026-12-01) took 650 us resident on 32 warps, 707 on
+# 16 (64 a thread), 754-854 looped in 16384 chunks. 64 Ki registers an SM are 64 a thread at 1024 threads.
+MAX_BLOCKS = (32768, 4096)
+PER_THREAD = 32
+# The looped kernel in 16384 chunks on 16 warps against 8 (H200, 2026-12-01, docs/LOG.md): faster or level in 8 of
+# 9 cells of chunk 4096-16384 x problems 01, 03, 15 at their long rows (16384-chunk 03 gpu2 755 against 838 us, 01
+# gpu2 879 against 1021, 15 gpu2 854 against 952).
+LOOP_BLOCK_D, LOOP_WARPS = 16384, 16
 MIN_TILES = (4096,)
 # Split rows: fewer rows than SPLIT_BELOW, each longer than max_block_d, are cut into column chunks so that about
 # SPLIT_PROGRAMS programs run (64 rows of 8M on 132 SMs ran at 0.53x eager with one program per row).
@@ -51,12 +55,12 @@ def match(problem: Problem, traced: Traced) -> Plan:
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
     """Multi-row tiles first (they change nothing for rows of min_tile or more), then one row per program. Rows
-    wider than max_block_d loop in chunks of as many on LOOP_WARPS warps."""
+    wider than max_block_d loop in chunks of LOOP_BLOCK_D (at most max_block_d) on LOOP_WARPS warps."""
     split = {"split_below": SPLIT_BELOW} if splittable(plan.program) else {}
     tiled = [{"num_warps": warps, "max_block_d": MAX_BLOCKS[0], "min_tile": tile, **split} for tile in MIN_TILES
              for warps in WARPS[:2]]
     plain = [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
-    return [{**p, "loop_block_d": p["max_block_d"], "loop_warps": LOOP_WARPS} for p in tiled + plain]
+    return [{**p, "loop_block_d": min(LOOP_BLOCK_D, p["max_block_d"]), "loop_warps": LOOP_WARPS} for p in tiled + plain]
 
 
 def _prologue(program: Program) -> list[str]:
@@ -282,12 +286,13 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
             f"    chunk = triton.cdiv(triton.cdiv(D, splits), {cap}) * {cap}",
             "    splits = triton.cdiv(D, chunk)",
             f"    part = torch.empty(({n_reduce}, rows, splits), device={full}.device, dtype=torch.float32)",
-            f"    _kf_row_partial[(rows, splits)]({launch}, part, rows, chunk, splits, BLOCK_D={cap}, num_warps={warps})",
+            f"    _kf_row_partial[(rows, splits)]({launch}, part, rows, chunk, splits, BLOCK_D={cap}, "
+            f"num_warps={rows.resident_warps(str(cap), warps, PER_THREAD)})",
             f"    _kf_row_combine[(rows,)]({launch}, part, rows, splits, SPLITS_P2=triton.next_power_of_2(splits))",
             "    return out",
         ]
     return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
-                                                       "_kf_row_looped")
+                                                       "_kf_row_looped", PER_THREAD)
 
 
 def render(plan: Plan, params: dict[str, Any]) -> str:
