@@ -103,6 +103,23 @@ def _special_rows(t: torch.Tensor, first: int) -> torch.Tensor:
     return rows.reshape(t.shape)
 
 
+@pytest.mark.parametrize("stem", ["05_gelu_tanh", "17_elementwise_chain"])
+def test_elementwise_full_blocks_unmasked_and_a_masked_tail(stem: str, tmp_path: Path) -> None:
+    """Counts that BLOCK does not divide (the CPU shapes' 1651 and 1111 at BLOCK 128) take both launches: full blocks
+    with EVEN (no bounds mask, so Triton may vectorize: 05 gpu1, 8191 x 32771, 558 -> 506 us on the H200) and the
+    tail masked; a per-column operand (17) is read modulo its size in both."""
+    path = next(p for p in PROBLEMS if p.stem == stem)
+    problem, module = load_problem(path), import_problem(path)
+    params = {"BLOCK": 128, "num_warps": 4}
+    source = TEMPLATES["elementwise"].render(TEMPLATES["elementwise"].match(problem, trace(problem, module)), params)
+    assert "EVEN=True" in source and "EVEN=False" in source
+    counts = [max(t.numel() for t in workload_call(module, w, "get_inputs", path, meta=True))
+              for w in problem.cpu_workloads]
+    assert any(n > 128 and n % 128 for n in counts), counts
+    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="elementwise", params=params)),
+                   path, tmp_path)
+
+
 def test_resident_rows_up_to_32768_get_warps_enough_for_32_elements_a_thread() -> None:
     """The default variant keeps 15's 28672-wide GPU row resident on 32 warps (on the H200: 650 us, 707 on 16 warps,
     754-854 looped); rows of 8192 keep the variant's own warps (8 or 16), and the scan family has no such floor."""

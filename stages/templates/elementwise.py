@@ -2,6 +2,10 @@
 
 Operands whose shape is a suffix of the output's (a per-column scale, a bias) are read modulo their size.
 Computes in fp32, stores in the output dtype. Parameters: BLOCK elements per program, num_warps.
+
+The full blocks run without a bounds mask (EVEN) and a last partial block runs masked, in a second launch: with an
+element count that is not a multiple of 16 (8191 x 32771), `offs < n` would be a mask Triton cannot prove constant
+over 4 elements, and every load and store would go scalar.
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ def variants(plan: Plan) -> list[dict[str, Any]]:
 
 
 def _kernel(program: Program) -> str:
-    args = [f"p{i}" for i in range(len(program.operands))] + ["out", "n"]
+    args = [f"p{i}" for i in range(len(program.operands))] + ["out", "n", "start"]
     args += [f"n{i}" for i, op in enumerate(program.operands) if op.broadcast]
-    args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK: tl.constexpr"]
-    body = ["offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "mask = offs < n"]
+    args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK: tl.constexpr", "EVEN: tl.constexpr"]
+    body = ["offs = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+            "if EVEN:", "    mask = tl.full([BLOCK], 1, tl.int1)", "else:", "    mask = offs < n"]
     body += [line_source(line, f"offs % n{line.load}" if line.load is not None and program.operands[line.load].broadcast
                          else "offs") for line in program.lines]
     body.append(store_source(program, "offs"))
@@ -48,14 +53,23 @@ def _kernel(program: Program) -> str:
 
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:
     full = f"p{program.full}"
-    call = [f"p{i}" for i in range(len(program.operands))] + ["out", "n"]
-    call += [f"p{i}.numel()" for i, op in enumerate(program.operands) if op.broadcast]
-    call += [*program.scalars, f"BLOCK={params['BLOCK']}", f"num_warps={params['num_warps']}"]
+    block = params["BLOCK"]
+
+    def launch(grid: str, start: str, even: bool) -> str:
+        call = [f"p{i}" for i in range(len(program.operands))] + ["out", "n", start]
+        call += [f"p{i}.numel()" for i, op in enumerate(program.operands) if op.broadcast]
+        call += [*program.scalars, f"BLOCK={block}", f"EVEN={even}", f"num_warps={params['num_warps']}"]
+        return f"    _kf_elementwise[({grid},)]({', '.join(call)})"
+
     return [
         *operand_prologue(program),
         output_alloc(program),
         f"n = {full}.numel()",
-        f"_kf_elementwise[(triton.cdiv(n, {params['BLOCK']}),)]({', '.join(call)})",
+        f"full = n // {block}",
+        "if full:",
+        launch("full", "0", True),
+        f"if n % {block}:",
+        launch("1", f"full * {block}", False),
         "return out",
     ]
 
