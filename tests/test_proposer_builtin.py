@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -57,14 +61,18 @@ def test_every_proposed_variant_matches_the_reference(path: Path, tmp_path: Path
 LOOPED = {"num_warps": 4, "max_block_d": 8}  # every CPU row is wider than 8: every row takes the looped kernel
 
 
-def looped(stem: str, params: dict | None = None) -> tuple[Path, Problem, ModuleType, Candidate]:
-    """A problem's path, Problem, module and its rowwise candidate with `params` (default LOOPED)."""
-    params = params or LOOPED
+def rendered(stem: str, family: str, params: dict) -> tuple[Path, Problem, ModuleType, Candidate]:
+    """A problem's path, Problem, module and its `family` candidate with `params`."""
     path = next(p for p in PROBLEMS if p.stem == stem)
     problem, module = load_problem(path), import_problem(path)
-    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
-    return path, problem, module, Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise",
+    source = TEMPLATES[family].render(TEMPLATES[family].match(problem, trace(problem, module)), params)
+    return path, problem, module, Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer=family,
                                                                                 params=params))
+
+
+def looped(stem: str, params: dict | None = None) -> tuple[Path, Problem, ModuleType, Candidate]:
+    """A problem's path, Problem, module and its rowwise candidate with `params` (default LOOPED)."""
+    return rendered(stem, "rowwise", params or LOOPED)
 
 
 @pytest.mark.parametrize("stem", ["01_softmax", "03_layernorm", "06_row_mean", "14_residual_layernorm", "15_add_rmsnorm",
@@ -108,16 +116,45 @@ def test_elementwise_full_blocks_unmasked_and_a_masked_tail(stem: str, tmp_path:
     """Counts that BLOCK does not divide (the CPU shapes' 1651 and 1111 at BLOCK 128) take both launches: full blocks
     with EVEN (no bounds mask, so Triton may vectorize: 05 gpu1, 8191 x 32771, 558 -> 506 us on the H200) and the
     tail masked; a per-column operand (17) is read modulo its size in both."""
-    path = next(p for p in PROBLEMS if p.stem == stem)
-    problem, module = load_problem(path), import_problem(path)
-    params = {"BLOCK": 128, "num_warps": 4}
-    source = TEMPLATES["elementwise"].render(TEMPLATES["elementwise"].match(problem, trace(problem, module)), params)
-    assert "EVEN=True" in source and "EVEN=False" in source
+    path, problem, module, candidate = rendered(stem, "elementwise", {"BLOCK": 128, "num_warps": 4})
+    assert "EVEN=True" in candidate.source and "EVEN=False" in candidate.source
     counts = [max(t.numel() for t in workload_call(module, w, "get_inputs", path, meta=True))
               for w in problem.cpu_workloads]
     assert any(n > 128 and n % 128 for n in counts), counts
-    assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="elementwise", params=params)),
-                   path, tmp_path)
+    assert_matches(candidate, path, tmp_path)
+
+
+PTX_V4_LOADS = """
+import importlib.util, json, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+spec = importlib.util.spec_from_file_location("kf_even", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+signature = {"p0": "*fp32", "out": "*fp32", "n": "i32", "start": "i32", "BLOCK": "constexpr", "EVEN": "constexpr"}
+aligned = {(0,): [["tt.divisibility", 16]], (1,): [["tt.divisibility", 16]], (3,): [["tt.divisibility", 16]]}
+loads = {}
+for even in (False, True):
+    ast = triton.compiler.ASTSource(fn=module._kf_elementwise, signature=signature,
+                                    constexprs={"BLOCK": 1024, "EVEN": even}, attrs=aligned)
+    ptx = triton.compile(ast, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8}).asm["ptx"]
+    loads[str(even)] = len(re.findall(r"ld\\.global[^\\n]*\\.v4", ptx))
+print(json.dumps(loads))
+"""
+
+
+def test_elementwise_full_blocks_load_four_floats_at_once_on_sm90(tmp_path: Path) -> None:
+    """Compiled for sm_90 here (Triton lowers to PTX without a GPU), with an element count Triton cannot assume
+    divisible by 16 (05 gpu1's 8191 x 32771): the masked kernel loads one float at a time, the EVEN one four. In a
+    process of its own without TRITON_INTERPRET: Triton's language modules, once imported for the interpreter,
+    cannot compile."""
+    source = rendered("05_gelu_tanh", "elementwise", {"BLOCK": 1024, "num_warps": 8})[3].source
+    (tmp_path / "kf_even.py").write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", PTX_V4_LOADS, str(tmp_path / "kf_even.py")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"False": 0, "True": 1}, done.stdout
 
 
 def test_resident_rows_up_to_32768_get_warps_enough_for_32_elements_a_thread() -> None:
