@@ -11,7 +11,8 @@ time goes, on one pointwise kernel (y = 2x + 1, fp32, `--numel` elements), for t
 - `module`: what a template's ModelNew does: nn.Module call, `.contiguous()`, `torch.empty`, then the `jit` launch;
 - `compiled`: the CompiledKernel the JIT returned, launched through its own runner (`compiled[grid](...)`): no
   argument binding, no specialization, no cache lookup;
-- `raw`: that kernel's launcher called directly with a stream fetched once (the floor of a Python launch).
+- `raw`: that kernel's launcher called directly with a stream fetched once (the floor of a Python launch);
+- `lean`: the templates' launch (stages/templates/launch.py `_kf_launch`): the JIT once per key, then the launcher.
 
 Per path: the host time of one call with the device busy (`warm_host_us`, as agreement.py's host_launch_us), the
 host time of one call right after KernelBench's sync and flush (`cold_host_us`), KernelBench's procedure (`kb_us`),
@@ -27,6 +28,8 @@ after the flush was done), and `idle_us` (start event to the hook's event) is ho
 the host to reach the first launch: the part of KernelBench's time that is not the kernels'. `kernel_us` is the
 hook's event to the end event, `host_call_us` the host's time for the whole call. The hook itself adds a few
 microseconds of host time. `--after` runs the probe after the harness's hooks or stages (first_launch's doc).
+`--before DIR`: the candidate source DIR/<problem>.py (an earlier template's rendering) is timed too, and eager
+PyTorch, in the same process, contender by contender on each shape, so both sources meet the same host state.
 
 Needs CUDA (refuses otherwise). `--out FILE` writes the JSON record.
 """
@@ -107,12 +110,19 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
         compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None,
                      x, y, numel, BLOCK)
 
+    from stages.templates import launch
+
+    helper = {"torch": torch, "triton": triton}
+    exec(launch.SOURCE, helper)
+    lean = helper["_kf_launch"]
+
     return {
         "torch": lambda: torch.add(x, x, out=y),
         "jit": lambda: affine[grid](x, y, numel, BLOCK=BLOCK),
         "module": lambda: module(x),
         "compiled": lambda: runner(x, y, numel, BLOCK),
         "raw": raw,
+        "lean": lambda: lean(affine, grid, x, y, numel, BLOCK=BLOCK),
     }
 
 
@@ -137,17 +147,52 @@ def cpu_reference_us(reps: int = 50) -> dict[str, float]:
     return quantiles(samples)
 
 
-def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) -> dict[str, Any]:
+def kb_sequence(fn: Callable[[], Any], marks: list[Any], trials: int = TRIALS) -> dict[str, Any]:
+    """KernelBench's per-call sequence on `fn` with the events of the module doc; `marks` receives the launch-enter
+    hook's event (no event: `idle_us` and `kernel_us` are not measured, as for eager, which launches no Triton
+    kernel)."""
+    import torch
+    from agreement import KB_FLUSH_BYTES
+
+    samples: dict[str, list[float]] = {"kb_us": [], "flush_us": [], "idle_us": [], "kernel_us": [],
+                                       "host_call_us": [], "flush_host_us": []}
+    for _ in range(trials):
+        torch.cuda.synchronize()
+        pre, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        t_pre = time.perf_counter()
+        pre.record()
+        scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
+        scratch.fill_(42)
+        del scratch
+        marks.clear()
+        start.record()
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        end.record()
+        torch.cuda.synchronize()
+        samples["kb_us"].append(start.elapsed_time(end) * 1e3)
+        samples["flush_us"].append(pre.elapsed_time(start) * 1e3)
+        if marks:
+            samples["idle_us"].append(start.elapsed_time(marks[0]) * 1e3)
+            samples["kernel_us"].append(marks[0].elapsed_time(end) * 1e3)
+        samples["host_call_us"].append((t1 - t0) * 1e6)
+        samples["flush_host_us"].append((t0 - t_pre) * 1e6)
+    return {k: quantiles(v) for k, v in samples.items() if v}
+
+
+def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS,
+                 before: Path | None = None) -> dict[str, Any]:
     """KernelBench's per-call sequence on one problem's rebuilt best candidate, with the device's wait for the
     host's first launch measured by an event from Triton's launch-enter hook (module doc). `after`: what this
     process did first: "nothing"; "hooks", the harness's process-wide hooks (the audit hook, the launch census),
     "audit" or "census" one of them; "count", a bare audit hook counting the audited events of the timed loop;
     "stages", kernelflow's verify and benchmark stages run in this process on the candidate, as
-    scripts/agreement.py does before it times the export."""
+    scripts/agreement.py does before it times the export. `before`: a folder whose <problem>.py is timed too, and
+    eager (module doc)."""
     import tempfile
 
     import torch
-    from agreement import KB_FLUSH_BYTES
     from bench_gpu import rebuild
     from triton import knobs
 
@@ -184,7 +229,10 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
                                                workdir=str(path.parent / "benchmark")))
         print(f"{problem_id}: verify {checked.status}, benchmark {timed.status}", flush=True)
     set_precision(problem.policy)
-    module, new_module = import_problem(problem.path), import_file(path, path.stem)
+    module = import_problem(problem.path)
+    classes = {"candidate": import_file(path, path.stem).ModelNew}
+    if before is not None:
+        classes["before"] = import_file(before / f"{problem_id}.py", f"kf_launch_before_{cand.id}").ModelNew
     marks: list[torch.cuda.Event] = []
 
     def hook(_: Any) -> None:
@@ -192,53 +240,39 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS) 
             marks.append(torch.cuda.Event(enable_timing=True))
             marks[0].record()
 
-    record: dict[str, Any] = {"after": after, "candidate_id": cand.id, "origin": cand.origin.model_dump(), "workloads": {}}
+    record: dict[str, Any] = {"after": after, "candidate_id": cand.id, "origin": cand.origin.model_dump(),
+                              "before": str(before) if before else None, "workloads": {}}
     for w in problem.workloads("gpu"):
-        _, new = build(module, new_module.ModelNew, w, "cuda", seed=trial_seed(0, w.name, "init"))
+        models = {}
+        for label, cls in classes.items():
+            ref, models[label] = build(module, cls, w, "cuda", seed=trial_seed(0, w.name, "init"))
+        if before is not None:
+            models["eager"] = ref
         inputs = draw(module, w, trial_seed(0, w.name, "bench", 0), "declared", "cuda")
-        for _ in range(3):
-            new(*inputs)
-        torch.cuda.synchronize()
-        samples: dict[str, list[float]] = {"kb_us": [], "flush_us": [], "idle_us": [], "kernel_us": [],
-                                           "host_call_us": [], "flush_host_us": []}
-        knobs.runtime.launch_enter_hook = hook
-        counting = True
-        try:
-            for _ in range(trials):
-                torch.cuda.synchronize()
-                pre, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-                t_pre = time.perf_counter()
-                pre.record()
-                scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
-                scratch.fill_(42)
-                del scratch
-                marks.clear()
-                start.record()
-                t0 = time.perf_counter()
-                new(*inputs)
-                t1 = time.perf_counter()
-                end.record()
-                torch.cuda.synchronize()
-                samples["kb_us"].append(start.elapsed_time(end) * 1e3)
-                samples["flush_us"].append(pre.elapsed_time(start) * 1e3)
-                samples["idle_us"].append(start.elapsed_time(marks[0]) * 1e3)
-                samples["kernel_us"].append(marks[0].elapsed_time(end) * 1e3)
-                samples["host_call_us"].append((t1 - t0) * 1e6)
-                samples["flush_host_us"].append((t0 - t_pre) * 1e6)
-        finally:
-            knobs.runtime.launch_enter_hook = None
-            counting = False
-        record["workloads"][w.name] = {k: quantiles(v) for k, v in samples.items()}
-        cell = record["workloads"][w.name]
-        cell["cpu_reference_us"] = cpu_reference_us()
-        if after == "count":
-            cell["audit_events_per_call"] = {k: v / trials for k, v in events.most_common()}
-            print(f"{problem_id} {w.name}: audit events per call {cell['audit_events_per_call']}", flush=True)
-            events.clear()
-        print(f"{problem_id} {w.name} (after {after}): KernelBench {cell['kb_us']['median']:.1f} us = device idle "
-              f"{cell['idle_us']['median']:.1f} + kernels {cell['kernel_us']['median']:.1f}; flush "
-              f"{cell['flush_us']['median']:.1f} us; host call {cell['host_call_us']['median']:.1f} us; CPU reference "
-              f"{cell['cpu_reference_us']['median']:.1f} us", flush=True)
+        cells = record["workloads"][w.name] = {}
+        for label, model in models.items():
+            for _ in range(3):
+                model(*inputs)
+            torch.cuda.synchronize()
+            knobs.runtime.launch_enter_hook = hook
+            counting = True
+            try:
+                cell = kb_sequence(lambda model=model, inputs=inputs: model(*inputs), marks, trials)
+            finally:
+                knobs.runtime.launch_enter_hook = None
+                counting = False
+            cell["cpu_reference_us"] = cpu_reference_us()
+            cells[label] = cell
+            if after == "count":
+                cell["audit_events_per_call"] = {k: v / trials for k, v in events.most_common()}
+                print(f"{problem_id} {w.name}: audit events per call {cell['audit_events_per_call']}", flush=True)
+                events.clear()
+            idle = f"device idle {cell['idle_us']['median']:.1f} + kernels {cell['kernel_us']['median']:.1f}; " \
+                if "idle_us" in cell else ""
+            print(f"{problem_id} {w.name} {label} (after {after}): KernelBench {cell['kb_us']['median']:.1f} us = "
+                  f"{idle}flush {cell['flush_us']['median']:.1f} us; host call {cell['host_call_us']['median']:.1f} us "
+                  f"(p90 {cell['host_call_us']['p90']:.1f}); CPU reference {cell['cpu_reference_us']['median']:.1f} us",
+                  flush=True)
     return record
 
 
@@ -250,6 +284,8 @@ def main(argv: list[str] | None = None) -> None:
                     "for the first launch of their best candidates instead")
     ap.add_argument("--after", choices=("nothing", "hooks", "audit", "census", "count", "stages"), default="nothing",
                     help="with --problems: what the process does first (first_launch's doc)")
+    ap.add_argument("--before", type=Path, help="with --problems: a folder of earlier candidate sources "
+                    "(<problem>.py), timed beside the rebuilt ones and eager in each process")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     import torch
@@ -267,7 +303,7 @@ def main(argv: list[str] | None = None) -> None:
         record["problems"] = {}
         for problem_id in args.problems.split(","):
             try:
-                record["problems"][problem_id] = first_launch(problem_id, args.after)
+                record["problems"][problem_id] = first_launch(problem_id, args.after, before=args.before)
             except Exception as e:  # one problem's failure is recorded, the others still run
                 record["problems"][problem_id] = {"error": f"{type(e).__name__}: {e}"}
                 print(f"{problem_id}: {type(e).__name__}: {e}", flush=True)

@@ -157,7 +157,7 @@ def _namespaces() -> Iterator[tuple[str, Any, bool]]:
 
 
 def _code(value: Any) -> bool:
-    return callable(value) or isinstance(value, type(os))
+    return callable(value) or isinstance(value, type(os) | property)  # a property: the census's CompiledKernel.run
 
 
 def _frozen(value: Any) -> Any:

@@ -1,12 +1,13 @@
 """Kernel launches per candidate call, counted from Python; and ghost replay (docs/INTEGRITY.md).
 
-`install()` wraps, once per process, the places a candidate launches kernels from Python: Triton's JITFunction.run
-(`kernel[grid](...)` on a GPU), the interpreter's InterpretedFunction.run (the same launch on CPU tensors), a compiled
-Triton kernel launched directly (`CompiledKernel[grid](...)`), and the functions of every extension that
-torch.utils.cpp_extension.load_inline / load returns (one call into the extension counts as one launch: what the C++
-launches inside it is not seen from here). `count()` is the running total. Inside `ghost()` every Triton launch
-does nothing (and is not counted): a candidate whose output is still right without its kernels computed it
-somewhere else.
+`install()` wraps, once per process, the places a candidate launches kernels from Python: on a GPU the compiled
+kernel's launcher (`CompiledKernel.run`), which every Triton launch reaches: the JIT's `kernel[grid](...)`, a
+compiled kernel's `CompiledKernel[grid](...)`, and the launcher called directly, as the templates' lean launch does
+(stages/templates/launch.py); the interpreter's InterpretedFunction.run (the same launch on CPU tensors); and the
+functions of every extension that torch.utils.cpp_extension.load_inline / load returns (one call into the extension
+counts as one launch: what the C++ launches inside it is not seen from here). `count()` is the running total. Inside
+`ghost()` every Triton launch does nothing (and is not counted): a candidate whose output is still right without
+its kernels computed it somewhere else.
 
 The census is cheap (one Python call per launch), so it runs on every call, timed calls included, identically:
 a candidate cannot tell a counted call from an uncounted one.
@@ -19,6 +20,8 @@ import functools
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
+
+from stages.errors import InfrastructureError
 
 _launches = 0
 _suppressed = 0  # Triton launches ghost() turned into no-ops
@@ -60,20 +63,15 @@ def _counted_run(run: Callable[..., Any]) -> Callable[..., Any]:
     return launch
 
 
-def _counted_getitem(getitem: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(getitem)
-    def launcher(self: Any, grid: Any) -> Callable[..., Any]:
-        runner = getitem(self, grid)
-
-        def launch(*args: Any, **kwargs: Any) -> Any:
-            global _launches, _suppressed
-            if _ghost:
-                _suppressed += 1
-                return None
-            _launches += 1
-            return runner(*args, **kwargs)
-        return launch
-    return launcher
+def _counted_launcher(launcher: Callable[..., Any]) -> Callable[..., Any]:
+    def launch(*args: Any, **kwargs: Any) -> Any:
+        global _launches, _suppressed
+        if _ghost:
+            _suppressed += 1
+            return None
+        _launches += 1
+        return launcher(*args, **kwargs)
+    return launch
 
 
 def _counted_call(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -103,15 +101,16 @@ def _counted_loader(load: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _install_triton() -> None:
+    from triton.compiler.compiler import CompiledKernel
     from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
 
-    JITFunction.run = _counted_run(JITFunction.run)  # type: ignore[method-assign]
     InterpretedFunction.run = _counted_run(InterpretedFunction.run)  # type: ignore[method-assign]
-    with contextlib.suppress(ImportError):
-        from triton.compiler.compiler import CompiledKernel
-
-        CompiledKernel.__getitem__ = _counted_getitem(CompiledKernel.__getitem__)  # type: ignore[method-assign]
+    run = vars(CompiledKernel).get("run")
+    if not isinstance(run, property) or run.fget is None:
+        raise InfrastructureError("the launch census needs Triton's CompiledKernel.run to be a property (Triton 3.6); "
+                                  f"this Triton has {run!r}")
+    fget = run.fget
+    CompiledKernel.run = property(lambda self: _counted_launcher(fget(self)))  # type: ignore[method-assign,assignment]
 
 
 def install(triton: bool) -> None:
@@ -124,6 +123,6 @@ def install(triton: bool) -> None:
         cpp_extension.load = _counted_loader(cpp_extension.load)
         _installed.add("extensions")
     if triton and "triton" not in _installed:
-        with contextlib.suppress(ImportError):
+        with contextlib.suppress(ImportError):  # no Triton installed: a candidate that names it fails its import
             _install_triton()
             _installed.add("triton")

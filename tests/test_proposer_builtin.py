@@ -89,7 +89,7 @@ def test_looped_kernel_takes_its_own_chunk_and_warps(stem: str, tmp_path: Path) 
     """loop_block_d and loop_warps set the looped kernel's launch apart from the resident kernel's cap: rows of
     96-333 wider than max_block_d 64 walk in 16-wide chunks (ragged last chunks, Welford lane counts that differ)."""
     path, _, _, candidate = looped(stem, {"num_warps": 4, "max_block_d": 64, "loop_block_d": 16, "loop_warps": 1})
-    assert "_kf_row_looped[(rows,)](" in candidate.source and "BLOCK_D=16, num_warps=1)" in candidate.source
+    assert "_kf_launch(_kf_row_looped, (rows,), " in candidate.source and "BLOCK_D=16, num_warps=1)" in candidate.source
     assert_matches(candidate, path, tmp_path)
 
 
@@ -231,7 +231,7 @@ def test_multi_row_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Pat
     problem, module = load_problem(path), import_problem(path)
     params = {"num_warps": 4, "max_block_d": 16384, "min_tile": 4096}
     source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
-    assert "_kf_rows_resident[" in source
+    assert "_kf_launch(_kf_rows_resident, " in source
     for w in problem.cpu_workloads:
         x = max(workload_call(module, w, "get_inputs", path, meta=True), key=lambda t: t.numel())
         rows, per = x.numel() // x.shape[-1], 4096 // triton.next_power_of_2(x.shape[-1])
@@ -249,7 +249,7 @@ def test_split_row_kernels_match_the_reference(stem: str, tmp_path: Path) -> Non
     assert any("split_below" in p for p in TEMPLATES["rowwise"].variants(plan))
     params = {"num_warps": 4, "max_block_d": 8, "split_below": 256}
     source = TEMPLATES["rowwise"].render(plan, params)
-    assert "_kf_row_partial[(rows, splits)]" in source and "_kf_row_combine[" in source
+    assert "_kf_launch(_kf_row_partial, (rows, splits), " in source and "_kf_launch(_kf_row_combine, " in source
     assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
                    path, tmp_path)
 

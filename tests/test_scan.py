@@ -101,7 +101,7 @@ def test_looped_and_multi_row_kernels_match(name: str, params: dict, tmp_path: P
     widths = [workload_call(module, w, "get_inputs", path, meta=True)[0].shape[-1] for w in problem.cpu_workloads]
     assert min(widths) > 2 * 16 and any(d % 16 for d in widths), widths  # looped: 3+ chunks, a ragged last one
     cand = candidate(path, params)
-    assert ("_kf_scan_looped[" if "min_tile" not in params else "_kf_scan_rows[") in cand.source
+    assert ("_kf_launch(_kf_scan_looped, " if "min_tile" not in params else "_kf_launch(_kf_scan_rows, ") in cand.source
     assert_matches(cand, path, tmp_path)
 
 

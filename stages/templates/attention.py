@@ -32,6 +32,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from stages.contracts import Problem, Workload
 from stages.problem import import_problem, workload_call
+from stages.templates import launch
 from stages.templates.lowering import Traced, node_shape, op_name
 from stages.templates.program import Plan, Program, TemplateMismatch
 from stages.templates.source import module_source
@@ -414,7 +415,7 @@ def _forward(plan: AttentionPlan, params: dict[str, Any]) -> list[str]:
         *([] if (plan.q, plan.k, plan.v) == ("q", "k", "v") else [f"q, k, v = {plan.q}, {plan.k}, {plan.v}"]),
         "B, H, S, D = q.shape",
         "out = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)",
-        f"_kf_attention[(triton.cdiv(S, {params['BLOCK_M']}), B * H)]({', '.join(call)})",
+        launch.call("_kf_attention", f"(triton.cdiv(S, {params['BLOCK_M']}), B * H)", ", ".join(call)),
         "return out",
     ]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from stages.contracts import Problem
+from stages.templates import launch
 from stages.templates.lowering import Traced, lower
 from stages.templates.program import Plan, Program, TemplateMismatch
 from stages.templates.source import (
@@ -55,11 +56,11 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
     full = f"p{program.full}"
     block = params["BLOCK"]
 
-    def launch(grid: str, start: str, even: bool) -> str:
+    def launched(grid: str, start: str, even: bool) -> str:
         call = [f"p{i}" for i in range(len(program.operands))] + ["out", "n", start]
         call += [f"p{i}.numel()" for i, op in enumerate(program.operands) if op.broadcast]
         call += [*program.scalars, f"BLOCK={block}", f"EVEN={even}", f"num_warps={params['num_warps']}"]
-        return f"    _kf_elementwise[({grid},)]({', '.join(call)})"
+        return "    " + launch.call("_kf_elementwise", f"({grid},)", ", ".join(call))
 
     return [
         *operand_prologue(program),
@@ -67,9 +68,9 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
         f"n = {full}.numel()",
         f"full = n // {block}",
         "if full:",
-        launch("full", "0", True),
+        launched("full", "0", True),
         f"if n % {block}:",
-        launch("1", f"full * {block}", False),
+        launched("1", f"full * {block}", False),
         "return out",
     ]
 

@@ -34,6 +34,7 @@ import torch.fx
 from torch import nn
 
 from stages.contracts import Problem
+from stages.templates import launch
 from stages.templates.lowering import Traced, node_shape, op_name
 from stages.templates.matmul import Epilogue, Product, find_products, tensor_expr
 from stages.templates.program import Plan, Program, TemplateMismatch
@@ -174,7 +175,7 @@ def _forward(plan: LibraryPlan, params: dict[str, Any]) -> list[str]:
         *operand_prologue(program),
         f"out = torch.empty(y0.shape, device=y0.device, dtype={program.out_dtype})",
         "n = y0.numel()",
-        f"_kf_epilogue[(triton.cdiv(n, {params['BLOCK']}),)]({', '.join(call)})",
+        launch.call("_kf_epilogue", f"(triton.cdiv(n, {params['BLOCK']}),)", ", ".join(call)),
         "return out",
     ]
 

@@ -31,6 +31,7 @@ import torch.fx
 from torch import nn
 
 from stages.contracts import Problem
+from stages.templates import launch
 from stages.templates.lowering import Lowering, Traced, _literal, node_shape, op_name
 from stages.templates.program import Operand, Plan, Program, Reduction, TemplateMismatch, Value
 from stages.templates.source import jit_source, line_source, module_source, operand_prologue
@@ -263,9 +264,10 @@ def _whole_forward(program: Program, params: dict[str, Any]) -> list[str]:
         f"n = {full}.numel()",
         f"programs = max(1, min(triton.cdiv(n, {block}), {params['programs']}))",
         f"part = torch.empty(({n_reduce}, programs), device={full}.device, dtype=torch.float32)",
-        f"_kf_loss_partial[(programs,)]({operands}part, n{sizes}{scalars}, BLOCK={block}, "
-        f"num_warps={params['num_warps']})",
-        f"_kf_loss_combine[(1,)](part, out, n, programs{scalars}, P2=triton.next_power_of_2(programs), num_warps=4)",
+        launch.call("_kf_loss_partial", "(programs,)",
+                    f"{operands}part, n{sizes}{scalars}, BLOCK={block}, num_warps={params['num_warps']}"),
+        launch.call("_kf_loss_combine", "(1,)",
+                    f"part, out, n, programs{scalars}, P2=triton.next_power_of_2(programs), num_warps=4"),
         "return out",
     ]
 
@@ -327,10 +329,10 @@ def _ce_forward(plan: CrossEntropyPlan, params: dict[str, Any]) -> list[str]:
         f"programs = max(1, min(triton.cdiv(N, rows), {params['programs']}))",
         "part = torch.empty(programs, device=p0.device, dtype=torch.float32)",
         "count = torch.empty(programs, device=p0.device, dtype=torch.int32)",
-        f"_kf_ce_partial[(programs,)](p0, p1, part, count, N, C, {plan.ignore_index}, ROWS=rows, BLOCK_C=block_c, "
-        f"num_warps={params['num_warps']})",
-        f"_kf_ce_combine[(1,)](part, count, out, programs, P2=triton.next_power_of_2(programs), MEAN={plan.mean}, "
-        "num_warps=4)",
+        launch.call("_kf_ce_partial", "(programs,)", f"p0, p1, part, count, N, C, {plan.ignore_index}, ROWS=rows, "
+                    f"BLOCK_C=block_c, num_warps={params['num_warps']}"),
+        launch.call("_kf_ce_combine", "(1,)", f"part, count, out, programs, P2=triton.next_power_of_2(programs), "
+                    f"MEAN={plan.mean}, num_warps=4"),
         "return out",
     ]
 

@@ -21,6 +21,7 @@ import torch.fx
 from torch import nn
 
 from stages.contracts import Problem
+from stages.templates import launch
 from stages.templates.lowering import Lowering, Traced, node_shape, op_name
 from stages.templates.program import Plan, Program, TemplateMismatch
 from stages.templates.source import jit_source, line_source, module_source, operand_prologue, store_source
@@ -238,7 +239,7 @@ def _forward(plan: MatmulPlan, params: dict[str, Any]) -> list[str]:
         *operand_prologue(plan.program),
         f"M, K, N = a.shape[0], a.shape[1], {n_dim}",
         f"out = torch.empty((M, N), device=a.device, dtype={plan.program.out_dtype})",
-        f"_kf_matmul[{grid}]({', '.join(call)})",
+        launch.call("_kf_matmul", grid, ", ".join(call)),
         "return out",
     ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stages.templates import launch
 from stages.templates.program import Line, Program
 from stages.templates.source import line_source, operand_prologue, output_alloc
 
@@ -28,7 +29,7 @@ def pointwise(program: Program, line: Line) -> str:
     return line_source(line, f"{offset} + cols")
 
 
-def launch(program: Program) -> str:
+def launch_args(program: Program) -> str:
     """The launch arguments matching `args` (without extra and BLOCK_D)."""
     call = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
     call += [f"p{i}.numel() // D" for i, op in enumerate(program.operands) if op.broadcast]
@@ -60,20 +61,21 @@ def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str
     """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one (on
     `resident_warps`), the rest to the looped one, in chunks of loop_block_d on loop_warps warps (default:
     max_block_d and num_warps)."""
-    cap, warps, call = params["max_block_d"], params["num_warps"], launch(program)
+    cap, warps, call = params["max_block_d"], params["num_warps"], launch_args(program)
     chunk, chunk_warps = params.get("loop_block_d", cap), params.get("loop_warps", warps)
     lines = []
     if "min_tile" in params:
         tile = params["min_tile"]
         lines = [f"if block_d < {tile}:",
                  f"    per = {tile} // block_d",
-                 f"    {tiled}[(triton.cdiv(rows, per),)]({call}, rows, ROWS=per, BLOCK_D=block_d, "
-                 f"num_warps=max(1, min({warps}, {tile} // 256)))",
+                 "    " + launch.call(tiled, "(triton.cdiv(rows, per),)", f"{call}, rows, ROWS=per, BLOCK_D=block_d, "
+                                     f"num_warps=max(1, min({warps}, {tile} // 256))"),
                  "    return out"]
     return lines + [
         f"if block_d <= {cap}:",
-        f"    {resident}[(rows,)]({call}, BLOCK_D=block_d, num_warps={resident_warps('block_d', warps, per_thread)})",
+        "    " + launch.call(resident, "(rows,)",
+                            f"{call}, BLOCK_D=block_d, num_warps={resident_warps('block_d', warps, per_thread)}"),
         "else:",
-        f"    {looped}[(rows,)]({call}, BLOCK_D={chunk}, num_warps={chunk_warps})",
+        "    " + launch.call(looped, "(rows,)", f"{call}, BLOCK_D={chunk}, num_warps={chunk_warps}"),
         "return out",
     ]

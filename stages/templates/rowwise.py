@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from stages.contracts import Problem
-from stages.templates import rows
+from stages.templates import launch, rows
 from stages.templates.lowering import Traced, lower
 from stages.templates.program import Line, Plan, Program, TemplateMismatch
 from stages.templates.source import jit_source, module_source, store_source
@@ -278,7 +278,7 @@ def _kernel(program: Program, name: str, body: list[str]) -> str:
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:
     split = []
     if "split_below" in params:
-        full, cap, warps, launch = f"p{program.full}", params["max_block_d"], params["num_warps"], rows.launch(program)
+        full, cap, warps, call = f"p{program.full}", params["max_block_d"], params["num_warps"], rows.launch_args(program)
         n_reduce = sum(1 for ln in program.lines if ln.reduce)
         split = [
             f"if rows < {params['split_below']} and D > {cap}:",
@@ -286,9 +286,10 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
             f"    chunk = triton.cdiv(triton.cdiv(D, splits), {cap}) * {cap}",
             "    splits = triton.cdiv(D, chunk)",
             f"    part = torch.empty(({n_reduce}, rows, splits), device={full}.device, dtype=torch.float32)",
-            f"    _kf_row_partial[(rows, splits)]({launch}, part, rows, chunk, splits, BLOCK_D={cap}, "
-            f"num_warps={rows.resident_warps(str(cap), warps, PER_THREAD)})",
-            f"    _kf_row_combine[(rows,)]({launch}, part, rows, splits, SPLITS_P2=triton.next_power_of_2(splits))",
+            "    " + launch.call("_kf_row_partial", "(rows, splits)", f"{call}, part, rows, chunk, splits, "
+                                f"BLOCK_D={cap}, num_warps={rows.resident_warps(str(cap), warps, PER_THREAD)}"),
+            "    " + launch.call("_kf_row_combine", "(rows,)",
+                                f"{call}, part, rows, splits, SPLITS_P2=triton.next_power_of_2(splits)"),
             "    return out",
         ]
     return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
+from stages.templates import launch
 from stages.templates.pointwise import HELPERS
 from stages.templates.program import Line, Program, TemplateMismatch
 
@@ -91,4 +92,4 @@ def module_source(program: Program, reference: str, kernels: list[str], forward_
     signature = ", ".join(("self", *program.args))
     body = "\n".join("        " + line for line in forward_body)
     model_new = f"class ModelNew(_Reference):\n    def forward({signature}):\n{body}\n"
-    return "\n\n".join([HEADER, *helpers, *kernels, reference, model_new])
+    return "\n\n".join([HEADER, launch.SOURCE, *helpers, *kernels, reference, model_new])
