@@ -51,8 +51,20 @@ def test_the_key_is_at_least_as_fine_as_tritons_specialization() -> None:
         arg((1, 2))  # another type: the JIT's launch, never cached
 
 
+def test_the_integer_helpers_are_tritons() -> None:
+    import triton
+
+    helper = _helper()
+    for n in [*range(0, 300), *(2**k + d for k in range(1, 40) for d in (-1, 0, 1))]:
+        assert helper["_kf_pow2"](n) == max(1, triton.next_power_of_2(n)), n
+        for b in (1, 2, 3, 16, 1000, 16384):
+            assert helper["_kf_cdiv"](n, b) == triton.cdiv(n, b), (n, b)
+
+
 def test_every_templates_candidate_launches_through_it() -> None:
-    """Each family's candidate carries the helper once and launches every kernel through it, none by `kernel[grid]`."""
+    """Each family's candidate carries the helper once and launches every kernel through it, none by `kernel[grid]`;
+    its forward calls none of the host-costly helpers (triton.cdiv, triton.next_power_of_2, torch.empty with a device
+    argument: forward_lines.py's measurements in stages/templates/launch.py)."""
     families = set()
     for path in sorted((ROOT / "problems").glob("*.py")):
         for cand in generate.run(GenerateRequest(problem=load_problem(path), n=1)).candidates:
@@ -60,6 +72,7 @@ def test_every_templates_candidate_launches_through_it() -> None:
             assert cand.source.count(launch.SOURCE) == 1, cand.origin.proposer
             forward = cand.source[cand.source.index("class ModelNew"):]
             assert "_kf_launch(_kf_" in forward and not re.search(r"_kf_\w+\[", forward), forward
+            assert not re.search(r"triton\.(cdiv|next_power_of_2)\(|torch\.empty\(", forward), forward
     assert families >= {"elementwise", "rowwise", "scan", "matmul", "library_epilogue", "loss", "attention"}, families
 
 

@@ -7,7 +7,9 @@ each statement, in source order, and of the call's entry (nn.Module.__call__ to 
 hook is set, so the launches take the path they take in KernelBench's procedure.
 
 `python3 scripts/probes/forward_lines.py 06_row_mean [--source FILE]` (default: the best candidate of bench/results,
-rebuilt). Needs CUDA. `--out FILE` writes the JSON record.
+rebuilt). `--micro`: instead, single statements a forward may use, each timed alone the same way (allocations three
+ways, triton's integer helpers against the candidate's own, an empty module's call). Needs CUDA. `--out FILE` writes
+the JSON record.
 """
 
 from __future__ import annotations
@@ -54,9 +56,51 @@ class Stamper(ast.NodeTransformer):
         return node
 
 
+def micro(trials: int) -> dict[str, float]:
+    """Median host time of single statements, each right after KernelBench's sync, events and flush (module doc)."""
+    import torch
+    import triton
+    from agreement import KB_FLUSH_BYTES
+
+    from stages.templates import launch
+
+    helper = {"torch": torch, "triton": triton}
+    exec(launch.SOURCE, helper)
+    x = torch.randn(8192, 1024, device="cuda")
+    module = torch.nn.Identity()
+    statements = {
+        "torch.empty(x.shape, device=x.device, dtype=torch.float32)":
+            lambda: torch.empty(x.shape, device=x.device, dtype=torch.float32),
+        "x.new_empty(x.shape, dtype=torch.float32)": lambda: x.new_empty(x.shape, dtype=torch.float32),
+        "torch.empty_like(x)": lambda: torch.empty_like(x),
+        "x.new_empty(x.shape[:-1], dtype=torch.float32)": lambda: x.new_empty(x.shape[:-1], dtype=torch.float32),
+        "triton.next_power_of_2(65536)": lambda: triton.next_power_of_2(65536),
+        "_kf_pow2(65536)": lambda: helper["_kf_pow2"](65536),
+        "triton.cdiv(65536, 1024)": lambda: triton.cdiv(65536, 1024),
+        "_kf_cdiv(65536, 1024)": lambda: helper["_kf_cdiv"](65536, 1024),
+        "torch.nn.Identity()(x)": lambda: module(x),
+        "nothing": lambda: None,
+    }
+    out = {}
+    for label, fn in statements.items():
+        samples = []
+        for _ in range(trials):
+            torch.cuda.synchronize()
+            scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
+            scratch.fill_(42)
+            del scratch
+            t0 = time.perf_counter_ns()
+            fn()
+            samples.append((time.perf_counter_ns() - t0) / 1e3)
+        out[label] = statistics.median(samples)
+        print(f"{out[label]:7.1f} us  {label}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("problem")
+    ap.add_argument("problem", nargs="?")
+    ap.add_argument("--micro", action="store_true", help="single statements instead of a candidate (module doc)")
     ap.add_argument("--source", type=Path, help="a candidate source instead of the rebuilt best")
     ap.add_argument("--trials", type=int, default=100)
     ap.add_argument("--out", type=Path)
@@ -72,6 +116,11 @@ def main(argv: list[str] | None = None) -> None:
     from stages.instantiate import build, set_precision
     from stages.problem import import_file, import_problem, load_problem
 
+    if args.micro:
+        record = {"micro_us": micro(args.trials)}
+        if args.out:
+            args.out.write_text(json.dumps(record, indent=1))
+        return
     problem = load_problem(ROOT / "problems" / f"{args.problem}.py")
     source = args.source.read_text() if args.source else \
         rebuild(problem, json.loads((ROOT / "bench" / "results" / f"{args.problem}.json").read_text())).source

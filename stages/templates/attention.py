@@ -407,15 +407,15 @@ def _forward(plan: AttentionPlan, params: dict[str, Any]) -> list[str]:
     on_cpu = "q.device.type == \"cpu\""
     call = ["q", "k", "v", "out", f"({plan.scale}) * {_LOG2E}", "H", "S", "*q.stride()", "*k.stride()", "*v.stride()",
             "*out.stride()", "HEAD_D=D", f"BLOCK_M={params['BLOCK_M']}", f"BLOCK_N={params['BLOCK_N']}",
-            "BLOCK_D=max(16, triton.next_power_of_2(D))", f"CAUSAL=bool({plan.causal})",
+            "BLOCK_D=max(16, _kf_pow2(D))", f"CAUSAL=bool({plan.causal})",
             f"UPCAST={on_cpu if plan.half else 'False'}", f"SPLIT_P={bool(params.get('split_p', False))}",
             f"INTERPRETED={on_cpu}",
             f"num_warps={params['num_warps']}", f"num_stages={params['num_stages']}"]
     return [
         *([] if (plan.q, plan.k, plan.v) == ("q", "k", "v") else [f"q, k, v = {plan.q}, {plan.k}, {plan.v}"]),
         "B, H, S, D = q.shape",
-        "out = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)",
-        launch.call("_kf_attention", f"(triton.cdiv(S, {params['BLOCK_M']}), B * H)", ", ".join(call)),
+        "out = q.new_empty((B, H, S, D), dtype=q.dtype)",
+        launch.call("_kf_attention", f"(_kf_cdiv(S, {params['BLOCK_M']}), B * H)", ", ".join(call)),
         "return out",
     ]
 

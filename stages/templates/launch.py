@@ -8,13 +8,18 @@ tenth session, scripts/launch_path.py). A host path longer than KernelBench's L2
 
 The first launch of each key goes through the JIT, which compiles and launches. The CompiledKernel it returns is
 kept under a key at least as fine as what Triton specializes on:
-- the kernel and the current device;
-- each argument, positional or keyword (constexprs, and options such as num_warps): a tensor's dtype and 16-byte
-  alignment, a number's type and value. Triton specializes a pointer on its dtype and alignment, an int on being 1,
-  on divisibility by 16 and on its width, a constexpr on its value.
+- the kernel (its id; a hit is used only if it holds that very kernel) and the current device;
+- each positional argument: a tensor's dtype and 16-byte alignment, a number's type and value. Triton specializes
+  a pointer on its dtype and alignment, an int on being 1, on divisibility by 16 and on its width, a constexpr on
+  its value;
+- each keyword (constexprs, and options such as num_warps) with its value; a launch whose keywords are not all
+  numbers, strings or None is not kept.
 Later launches with that key call the compiled kernel's launcher directly. The launch hooks are passed on as the
 JIT passes them, so a profiler's hooks still see each launch. stages/launches.py counts these launches at the same
 place as the JIT's, CompiledKernel.run, so the harness's launch census and ghost replay see them.
+
+The forward's own integer helpers, `_kf_pow2` and `_kf_cdiv`, replace triton.next_power_of_2 and triton.cdiv,
+which cost the H200's host 3.5-6 and 2-4 us a call in KernelBench's sequence (scripts/probes/forward_lines.py).
 
 Three cases always take the JIT: CPU and meta tensors (Triton's interpreter, and the compile stage's capture), a
 torch.compile trace (dynamo traces `kernel[grid]`, not this cache), and arguments of other types than tensors,
@@ -35,12 +40,22 @@ import triton
 # --- the candidate's copy starts here ---
 _KF_CAP = 1024
 _KF_EXACT = (int, bool, float, str, type(None))
-_kf_compiled: dict = {}  # key -> (CompiledKernel, the values of the kernel's parameters after the positional ones)
+_kf_compiled: dict = {}  # key -> (the kernel, its CompiledKernel, the values of its parameters after the positional ones)
+
+
+def _kf_pow2(n):
+    """The least power of two >= n (1 for n <= 1): triton.next_power_of_2 without its cost on the host."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def _kf_cdiv(a, b):
+    """a / b rounded up, for ints: triton.cdiv without its cost on the host."""
+    return -(a // -b)
 
 
 def _kf_arg(a):
-    """One argument's part of the key, at least what Triton specializes the kernel on: a tensor's dtype and 16-byte
-    alignment; a number's (or None's, a string's) type and value. TypeError for anything else: not cached."""
+    """One positional argument's part of the key, at least what Triton specializes the kernel on: a tensor's dtype and
+    16-byte alignment; a number's (or None's, a string's) type and value. TypeError for anything else: not cached."""
     if isinstance(a, torch.Tensor):
         return a.dtype, a.data_ptr() % 16 == 0
     if type(a) in _KF_EXACT:
@@ -58,14 +73,14 @@ def _kf_launch(kernel, grid, *args, **meta):
     key (stages/templates/launch.py)."""
     key = None
     if isinstance(args[0], torch.Tensor) and args[0].is_cuda and not torch.compiler.is_compiling():
-        device = torch.cuda.current_device()
+        device = torch._C._cuda_getDevice()
         try:
-            key = (kernel, device, *map(_kf_arg, args), *((k, _kf_arg(v)) for k, v in meta.items()))
-        except TypeError:  # an argument of another type: the JIT's launch, every time
-            key = None
-        hit = _kf_compiled.get(key) if key is not None else None
-        if hit is not None:
-            compiled, tail = hit
+            key = (id(kernel), device, *map(_kf_arg, args), *meta.items())
+            hit = _kf_compiled.get(key)
+        except TypeError:  # an argument of another type, or an unhashable keyword: the JIT's launch, every time
+            key = hit = None
+        if hit is not None and hit[0] is kernel:
+            _, compiled, tail = hit
             g = (*grid, 1, 1)
             stream = torch._C._cuda_getCurrentRawStream(device)
             enter = _kf_hook(triton.knobs.runtime.launch_enter_hook)
@@ -74,11 +89,13 @@ def _kf_launch(kernel, grid, *args, **meta):
                          _kf_hook(triton.knobs.runtime.launch_exit_hook), *args, *tail)
             return
     compiled = kernel[grid](*args, **meta)
-    names = kernel.arg_names[len(args):] if key is not None else ()
-    if key is not None and compiled is not None and all(n in meta for n in names):
+    if key is None or compiled is None or any(type(v) not in _KF_EXACT for v in meta.values()):
+        return  # a keyword's value is its exact part of the key: only numbers, strings and None are kept
+    names = kernel.arg_names[len(args):]
+    if all(n in meta for n in names):
         if len(_kf_compiled) >= _KF_CAP:
             _kf_compiled.clear()
-        _kf_compiled[key] = compiled, tuple(meta[n] for n in names)
+        _kf_compiled[key] = kernel, compiled, tuple(meta[n] for n in names)
 # --- the candidate's copy ends here ---
 
 

@@ -173,9 +173,9 @@ def _forward(plan: LibraryPlan, params: dict[str, Any]) -> list[str]:
     return [
         *(f"y{j} = {text}" for j, text in enumerate(plan.calls)),
         *operand_prologue(program),
-        f"out = torch.empty(y0.shape, device=y0.device, dtype={program.out_dtype})",
+        f"out = y0.new_empty(y0.shape, dtype={program.out_dtype})",
         "n = y0.numel()",
-        launch.call("_kf_epilogue", f"(triton.cdiv(n, {params['BLOCK']}),)", ", ".join(call)),
+        launch.call("_kf_epilogue", f"(_kf_cdiv(n, {params['BLOCK']}),)", ", ".join(call)),
         "return out",
     ]
 

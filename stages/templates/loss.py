@@ -260,14 +260,14 @@ def _whole_forward(program: Program, params: dict[str, Any]) -> list[str]:
     block = params["BLOCK"]
     return [
         *operand_prologue(program),
-        f"out = torch.empty((), device={full}.device, dtype={program.out_dtype})",
+        f"out = {full}.new_empty((), dtype={program.out_dtype})",
         f"n = {full}.numel()",
-        f"programs = max(1, min(triton.cdiv(n, {block}), {params['programs']}))",
-        f"part = torch.empty(({n_reduce}, programs), device={full}.device, dtype=torch.float32)",
+        f"programs = max(1, min(_kf_cdiv(n, {block}), {params['programs']}))",
+        f"part = {full}.new_empty(({n_reduce}, programs), dtype=torch.float32)",
         launch.call("_kf_loss_partial", "(programs,)",
                     f"{operands}part, n{sizes}{scalars}, BLOCK={block}, num_warps={params['num_warps']}"),
         launch.call("_kf_loss_combine", "(1,)",
-                    f"part, out, n, programs{scalars}, P2=triton.next_power_of_2(programs), num_warps=4"),
+                    f"part, out, n, programs{scalars}, P2=_kf_pow2(programs), num_warps=4"),
         "return out",
     ]
 
@@ -323,15 +323,15 @@ def _ce_forward(plan: CrossEntropyPlan, params: dict[str, Any]) -> list[str]:
     return [
         *operand_prologue(plan.program),
         "N, C = p0.shape",
-        f"out = torch.empty((), device=p0.device, dtype={plan.program.out_dtype})",
-        f"block_c = min({cap}, triton.next_power_of_2(C))",
+        f"out = p0.new_empty((), dtype={plan.program.out_dtype})",
+        f"block_c = min({cap}, _kf_pow2(C))",
         f"rows = max(1, {cap} // block_c)",
-        f"programs = max(1, min(triton.cdiv(N, rows), {params['programs']}))",
-        "part = torch.empty(programs, device=p0.device, dtype=torch.float32)",
-        "count = torch.empty(programs, device=p0.device, dtype=torch.int32)",
+        f"programs = max(1, min(_kf_cdiv(N, rows), {params['programs']}))",
+        "part = p0.new_empty(programs, dtype=torch.float32)",
+        "count = p0.new_empty(programs, dtype=torch.int32)",
         launch.call("_kf_ce_partial", "(programs,)", f"p0, p1, part, count, N, C, {plan.ignore_index}, ROWS=rows, "
                     f"BLOCK_C=block_c, num_warps={params['num_warps']}"),
-        launch.call("_kf_ce_combine", "(1,)", f"part, count, out, programs, P2=triton.next_power_of_2(programs), "
+        launch.call("_kf_ce_combine", "(1,)", f"part, count, out, programs, P2=_kf_pow2(programs), "
                     f"MEAN={plan.mean}, num_warps=4"),
         "return out",
     ]

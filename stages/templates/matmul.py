@@ -232,13 +232,13 @@ def _forward(plan: MatmulPlan, params: dict[str, Any]) -> list[str]:
     call += [f"UPCAST={on_cpu if plan.half else 'False'}", f"INTERPRETED={on_cpu}",
              f"num_warps={params['num_warps']}",
              f"num_stages={params['num_stages']}"]
-    grid = f"(triton.cdiv(M, {params['BLOCK_M']}) * triton.cdiv(N, {params['BLOCK_N']}),)"
+    grid = f"(_kf_cdiv(M, {params['BLOCK_M']}) * _kf_cdiv(N, {params['BLOCK_N']}),)"
     return [
         *([] if first.a == "a" else [f"a = {first.a}"]),
         *(f"b{j} = {p.b}" for j, p in enumerate(plan.products)),
         *operand_prologue(plan.program),
         f"M, K, N = a.shape[0], a.shape[1], {n_dim}",
-        f"out = torch.empty((M, N), device=a.device, dtype={plan.program.out_dtype})",
+        f"out = a.new_empty((M, N), dtype={plan.program.out_dtype})",
         launch.call("_kf_matmul", grid, ", ".join(call)),
         "return out",
     ]

@@ -40,7 +40,7 @@ def head(program: Program) -> list[str]:
     """The forward's first lines: operands, output, row length D, rows and the row's power-of-two block."""
     full = f"p{program.full}"
     return [*operand_prologue(program), output_alloc(program), f"D = {full}.shape[-1]", f"rows = {full}.numel() // D",
-            "block_d = triton.next_power_of_2(D)"]
+            "block_d = _kf_pow2(D)"]
 
 
 # The looped kernel's own launch parameters, by the ending of its name (`_kf_row_looped`, `_kf_scan_looped`): a
@@ -68,7 +68,7 @@ def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str
         tile = params["min_tile"]
         lines = [f"if block_d < {tile}:",
                  f"    per = {tile} // block_d",
-                 "    " + launch.call(tiled, "(triton.cdiv(rows, per),)", f"{call}, rows, ROWS=per, BLOCK_D=block_d, "
+                 "    " + launch.call(tiled, "(_kf_cdiv(rows, per),)", f"{call}, rows, ROWS=per, BLOCK_D=block_d, "
                                      f"num_warps=max(1, min({warps}, {tile} // 256))"),
                  "    return out"]
     return lines + [

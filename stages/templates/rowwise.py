@@ -282,14 +282,14 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
         n_reduce = sum(1 for ln in program.lines if ln.reduce)
         split = [
             f"if rows < {params['split_below']} and D > {cap}:",
-            f"    splits = min(triton.cdiv(D, {cap}), max(1, {SPLIT_PROGRAMS} // max(rows, 1)))",
-            f"    chunk = triton.cdiv(triton.cdiv(D, splits), {cap}) * {cap}",
-            "    splits = triton.cdiv(D, chunk)",
-            f"    part = torch.empty(({n_reduce}, rows, splits), device={full}.device, dtype=torch.float32)",
+            f"    splits = min(_kf_cdiv(D, {cap}), max(1, {SPLIT_PROGRAMS} // max(rows, 1)))",
+            f"    chunk = _kf_cdiv(_kf_cdiv(D, splits), {cap}) * {cap}",
+            "    splits = _kf_cdiv(D, chunk)",
+            f"    part = {full}.new_empty(({n_reduce}, rows, splits), dtype=torch.float32)",
             "    " + launch.call("_kf_row_partial", "(rows, splits)", f"{call}, part, rows, chunk, splits, "
                                 f"BLOCK_D={cap}, num_warps={rows.resident_warps(str(cap), warps, PER_THREAD)}"),
             "    " + launch.call("_kf_row_combine", "(rows,)",
-                                f"{call}, part, rows, splits, SPLITS_P2=triton.next_power_of_2(splits)"),
+                                f"{call}, part, rows, splits, SPLITS_P2=_kf_pow2(splits)"),
             "    return out",
         ]
     return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",

@@ -84,7 +84,7 @@ def output_alloc(program: Program) -> str:
     shape = f"{full}.shape" if program.out_kind == "elem" else f"{full}.shape[:-1]"
     if program.out_kind == "row" and program.out_keepdim:
         shape = f"(*{full}.shape[:-1], 1)"
-    return f"out = torch.empty({shape}, device={full}.device, dtype={program.out_dtype})"
+    return f"out = {full}.new_empty({shape}, dtype={program.out_dtype})"
 
 
 def module_source(program: Program, reference: str, kernels: list[str], forward_body: list[str]) -> str:
