@@ -47,7 +47,9 @@ What decides agreement for a Python-launched kernel (2026-12-01, scripts/launch_
 session): the procedure's flush keeps the device busy for 72-75 us on the H200, and the host's path from the start
 event to the call's first launch is timed beyond that. A template's ModelNew issues it in 44-55 us in some processes
 and 70-190 us in others (the state is per process, sometimes changing between shapes; not the harness's hooks and
-not the core), eager in one ATen call. `kb_covered` removes exactly that; `host_launch_us` is the warm path.
+not the core), eager in one ATen call. `kb_covered` removes exactly that; `host_launch_us` is the warm path. Since
+the templates' lean launch (stages/templates/launch.py; BENCHMARKS.md fourteenth session) the warm path is 31 us
+(median over the suite's 52 shapes, was 43.5) and 44 of 52 shapes agree; a slow process can still outlast the flush.
 
 A CPU run is no claim: the script refuses to run without a CUDA device, and `--render` leaves out any record not
 timed on one. `kernelbench_times_ms` takes a device so that tests can run its CPU path (perf_counter, no flush).
