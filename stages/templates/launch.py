@@ -26,9 +26,9 @@ for `torch.empty` with a device argument).
 
 Three cases always take the JIT: CPU and meta tensors (Triton's interpreter, and the compile stage's capture), a
 torch.compile trace (dynamo traces `kernel[grid]`, not this cache), and arguments of other types than tensors,
-numbers, strings and None. The grid is a
-tuple of one to three ints, as the templates write it. At most CAP keys are kept; past that the cache starts over.
-tests/test_launch.py checks the key against Triton's own specialization.
+numbers, strings and None. The grid is a tuple of one to three ints, as the templates write it. At most _KF_CAP keys
+are kept; past that the cache starts over. tests/test_launch.py checks the key against Triton's own specialization,
+and on a GPU the outputs, the census and the hooks (tests/fixtures/lean_launch_check.py).
 """
 
 from __future__ import annotations
