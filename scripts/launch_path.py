@@ -58,6 +58,16 @@ def quantiles(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "p10": qs[0], "p90": qs[-1]}
 
 
+def kb_flush(flush_bytes: int | None = None) -> None:
+    """KernelBench's L2 flush before each timed call (scripts/agreement.py): a 256 MiB int64 tensor filled, freed."""
+    import torch
+    from agreement import KB_FLUSH_BYTES
+
+    scratch = torch.empty((flush_bytes or KB_FLUSH_BYTES) // 8, dtype=torch.int64, device="cuda")
+    scratch.fill_(42)
+    del scratch
+
+
 def cold_host_us(fn: Callable[[], Any], flush_bytes: int, trials: int = TRIALS) -> list[float]:
     """Host time of one call issued right after KernelBench's per-call sequence: synchronize, events, flush."""
     import torch
@@ -66,9 +76,7 @@ def cold_host_us(fn: Callable[[], Any], flush_bytes: int, trials: int = TRIALS) 
     for _ in range(trials):
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        scratch = torch.empty(flush_bytes // 8, dtype=torch.int64, device="cuda")
-        scratch.fill_(42)
-        del scratch
+        kb_flush(flush_bytes)
         start.record()
         t0 = time.perf_counter()
         fn()
@@ -152,7 +160,6 @@ def kb_sequence(fn: Callable[[], Any], marks: list[Any], trials: int = TRIALS) -
     hook's event (no event: `idle_us` and `kernel_us` are not measured, as for eager, which launches no Triton
     kernel)."""
     import torch
-    from agreement import KB_FLUSH_BYTES
 
     samples: dict[str, list[float]] = {"kb_us": [], "flush_us": [], "idle_us": [], "kernel_us": [],
                                        "host_call_us": [], "flush_host_us": []}
@@ -161,9 +168,7 @@ def kb_sequence(fn: Callable[[], Any], marks: list[Any], trials: int = TRIALS) -
         pre, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
         t_pre = time.perf_counter()
         pre.record()
-        scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
-        scratch.fill_(42)
-        del scratch
+        kb_flush()
         marks.clear()
         start.record()
         t0 = time.perf_counter()

@@ -60,7 +60,7 @@ def micro(trials: int) -> dict[str, float]:
     """Median host time of single statements, each right after KernelBench's sync, events and flush (module doc)."""
     import torch
     import triton
-    from agreement import KB_FLUSH_BYTES
+    from launch_path import kb_flush
 
     from stages.templates import launch
 
@@ -86,9 +86,7 @@ def micro(trials: int) -> dict[str, float]:
         samples = []
         for _ in range(trials):
             torch.cuda.synchronize()
-            scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
-            scratch.fill_(42)
-            del scratch
+            kb_flush()
             t0 = time.perf_counter_ns()
             fn()
             samples.append((time.perf_counter_ns() - t0) / 1e3)
@@ -109,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if not torch.cuda.is_available():
         sys.exit("forward_lines.py times CUDA launches: no CUDA device here")
-    from agreement import KB_FLUSH_BYTES
     from bench_gpu import rebuild
+    from launch_path import kb_flush
 
     from stages.inputs import draw, trial_seed
     from stages.instantiate import build, set_precision
@@ -142,9 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.trials):
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            scratch = torch.empty(KB_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")
-            scratch.fill_(42)
-            del scratch
+            kb_flush()
             start.record()
             cand._kf_probe_stamps.clear()
             t0 = time.perf_counter_ns()
