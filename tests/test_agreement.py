@@ -141,3 +141,27 @@ def test_speedups_are_rendered_from_kernelflows_medians_with_the_sol_ceiling(agr
     del record["compile_specialized"]  # a record from before torch.compile was specialized per shape
     (tmp_path / "09_silu.json").write_text(json.dumps(record))
     assert "| 09_silu † | single op |" in agreement.speedups([tmp_path])
+
+
+def test_each_miss_is_named_by_its_own_controls(agreement, tmp_path: Path):
+    """The cover closes a host-path miss while eager agrees; a miss that eager shares, with the speedup over eager
+    the same under both procedures, is the machine's state; anything else is unexplained."""
+    def shape(cand_kb: float, covered_kb: float, eager_kb: float) -> dict:
+        c = cell(500.0, cand_kb, agreement)
+        c["kb_covered"] = agreement.kernelbench_stats([covered_kb / 1e3] * 3)
+        return {"candidate": c, "eager": cell(1000.0, eager_kb, agreement)}
+
+    record = {"problem": "15_add_rmsnorm", "status": "ok", "device": "cuda", "device_name": "NVIDIA H200",
+              "rebuilt_is_best": True, "agree": False, "eager_agree": False,
+              "workloads": {"gpu0": shape(536.0, 501.0, 1002.0),  # host path
+                            "gpu1": shape(570.0, 565.0, 1150.0),  # machine state: 1.14 and 1.15
+                            "gpu2": shape(560.0, 560.0, 1001.0),  # unexplained
+                            "gpu3": shape(505.0, 505.0, 1000.0)}}  # agrees
+    assert [agreement.cause(c) for _, c in sorted(record["workloads"].items())] == [
+        "host path", "machine state", "unexplained", None]
+    (tmp_path / "15_add_rmsnorm.json").write_text(json.dumps(record))
+    table = agreement.render(tmp_path)
+    assert "- the speedup over eager (KernelBench's procedure against kernelflow's) within ±5% on 2 of 4 shapes." in table
+    assert "- misses, host path (the launch cover brings it within ±5%, eager agrees): 1 (15_add_rmsnorm gpu0)" in table
+    assert "- misses, machine state (eager misses too, the speedup over eager agrees): 1 (15_add_rmsnorm gpu1)" in table
+    assert "- misses, unexplained (neither): 1 (15_add_rmsnorm gpu2)" in table
