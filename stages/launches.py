@@ -50,27 +50,22 @@ def ghost() -> Iterator[None]:
         _ghost = False
 
 
+def _launch(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """One Triton launch: counted, or inside ghost() made a no-op."""
+    global _launches, _suppressed
+    if _ghost:
+        _suppressed += 1
+        return None
+    _launches += 1
+    return fn(*args, **kwargs)
+
+
 def _counted_run(run: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(run)
     def launch(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        global _launches, _suppressed
-        if not warmup:
-            if _ghost:
-                _suppressed += 1
-                return None
-            _launches += 1
-        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
-    return launch
-
-
-def _counted_launcher(launcher: Callable[..., Any]) -> Callable[..., Any]:
-    def launch(*args: Any, **kwargs: Any) -> Any:
-        global _launches, _suppressed
-        if _ghost:
-            _suppressed += 1
-            return None
-        _launches += 1
-        return launcher(*args, **kwargs)
+        if warmup:  # compiles only: no launch
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return _launch(run, self, *args, grid=grid, warmup=warmup, **kwargs)
     return launch
 
 
@@ -110,7 +105,7 @@ def _install_triton() -> None:
         raise InfrastructureError("the launch census needs Triton's CompiledKernel.run to be a property (Triton 3.6); "
                                   f"this Triton has {run!r}")
     fget = run.fget
-    CompiledKernel.run = property(lambda self: _counted_launcher(fget(self)))  # type: ignore[method-assign,assignment]
+    CompiledKernel.run = property(lambda self: functools.partial(_launch, fget(self)))  # type: ignore[method-assign,assignment]
 
 
 def install(triton: bool) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from stages import generate, launches
 from stages.contracts import GenerateRequest
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _helper() -> dict:
-    namespace = {"torch": torch, "triton": __import__("triton")}
+    namespace = {"torch": torch, "triton": triton}
     exec(launch.SOURCE, namespace)
     return namespace
 
@@ -52,8 +53,6 @@ def test_the_key_is_at_least_as_fine_as_tritons_specialization() -> None:
 
 
 def test_the_integer_helpers_are_tritons() -> None:
-    import triton
-
     helper = _helper()
     for n in [*range(0, 300), *(2**k + d for k in range(1, 40) for d in (-1, 0, 1))]:
         assert helper["_kf_pow2"](n) == max(1, triton.next_power_of_2(n)), n
@@ -91,6 +90,21 @@ def test_the_census_counts_a_direct_call_of_the_launcher_and_ghost_replay_skips_
     with launches.ghost():
         kernel.run(1, 1, 1, 0, None)
     assert (launches.count() - before, launches.suppressed() - suppressed, len(called)) == (1, 1, 1)
+
+
+def test_replacing_the_census_at_the_launcher_is_a_cheat(tmp_path: Path) -> None:
+    """The census is a property (CompiledKernel.run); the guard watches properties, so a candidate that puts the
+    uncounted launcher back is named, and the census is put back."""
+    from triton.compiler.compiler import CompiledKernel
+
+    from stages.errors import CandidateFault
+    from stages.integrity import Guard
+
+    guard = Guard(tmp_path, "import triton")
+    counted = vars(CompiledKernel)["run"]
+    with pytest.raises(CandidateFault, match="CompiledKernel.run"), guard.section("a call"):
+        setattr(CompiledKernel, "run", property(lambda self: self._run))  # noqa: B010  (as a cheat would)
+    assert vars(CompiledKernel)["run"] is counted
 
 
 @needs_gpu
