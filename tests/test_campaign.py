@@ -27,11 +27,14 @@ ROOT = Path(__file__).resolve().parent.parent
 BROKEN = ROOT / "tests" / "fixtures" / "broken_problems" / "import_error.py"
 # On CPU the speedup of one candidate over eager moved by up to 21% between campaigns a minute apart (Triton's
 # interpreter against eager's C++ on a shared 2-core machine), so the tests' floor is 50%; 5% is for GPUs.
+# regression_floor: CPU timings of Triton's interpreter, two campaigns apart on CI's 2 cores beside the other pytest
+# worker, moved 17's speedup over eager by 1.45x (0.016 -> 0.011, same candidate, 2026-12-01); the 10x slowdown made
+# up for 09 below is what must be flagged, and 17's re-timing must not be
 SUITE = f"""
 name: ci-smoke
 device: cpu
 executor: inline
-regression_floor: 0.5
+regression_floor: 0.9
 defaults: {{budget: 1, profile: false}}
 problems:
   - 09_silu
@@ -173,7 +176,7 @@ def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(pr
     assert second.previous_campaign_id == first["campaign_id"] and second.n_slower == 1
     again = entries(store, second.campaign_id).set_index("entry")
     assert dict(again.verdict) == {"09_silu": "slower", "broken": "not_checked", "17_elementwise_chain": "ok"}
-    assert "SLOWER beyond the noise" in again.verdict_note["09_silu"] and again.noise_factor["09_silu"] >= 1.5
+    assert "SLOWER beyond the noise" in again.verdict_note["09_silu"] and again.noise_factor["09_silu"] >= 1.9
     for entry in ("09_silu", "17_elementwise_chain"):  # warm start: last time's best is each new run's first
         cands = store.read("candidates", again.optimize_run_id[entry])
         assert cands.id.iloc[0] == rows.best_candidate_id[entry] == again.previous_candidate_id[entry]
