@@ -51,6 +51,13 @@ not the core), eager in one ATen call. `kb_covered` removes exactly that; `host_
 the templates' lean launch (stages/templates/launch.py; BENCHMARKS.md fourteenth session) the warm path is 31 us
 (median over the suite's 52 shapes, was 43.5) and 44 of 52 shapes agree; a slow process can still outlast the flush.
 
+What decides it for a power-limited kernel (BENCHMARKS.md fifteenth session): the SM clock under the board's power
+limit, which follows how busy the device was over the last ~100 ms. kernelflow's timer left the device idle between
+calls, and its bf16 GEMMs (10, 16) read 11-14% faster than by this procedure, eager as much as the candidate. Since
+the benchmark queues ~20 ms of the same call before each timed one (stages/timing.py SUSTAIN_US), its median is the
+sustained one. This procedure, whose calls follow each other with only its flush and a sync between, then gave the
+candidates of 10 and 16 0.966-1.035 of it, and eager 0.990-1.072 (one of five shapes beyond 5%).
+
 A CPU run is no claim: the script refuses to run without a CUDA device, and `--render` leaves out any record not
 timed on one. `kernelbench_times_ms` takes a device so that tests can run its CPU path (perf_counter, no flush).
 Results: bench/agreement/<problem>.json (resumable: `--skip-done`); `--render` prints the BENCHMARKS.md table, with

@@ -3,7 +3,9 @@
 Per workload: contenders interleaved in a shuffled order every round, each call timed alone (all streams
 synced, L2 flushed, CUDA events), inputs rotated over several fresh sets, repetitions until the 95% interval
 of every median is tight or the budget ends. The candidate's outputs on timed calls are re-checked against
-the float64 reference, so a kernel cannot be right only when it is not being timed.
+the float64 reference, so a kernel cannot be right only when it is not being timed. On CUDA each timed call follows
+untimed calls of the same contender, about 20 ms of device time (stages/timing.py SUSTAIN_US), so that a
+power-limited kernel is timed at the clocks it keeps under sustained load.
 
 Integrity (docs/INTEGRITY.md): the timer's primitives were bound before the candidate was imported
 (stages/timing.py), and every candidate call, timed ones included, runs in a guarded section (stages/integrity.py)
@@ -13,7 +15,8 @@ warm-up calls replayed a result, or let one launch serve several calls. Before e
 candidate's inputs are rewritten in place (their version changes), and one rotation in every RECHECK_EVERY refills
 each set's buffers with another set's values: a result replayed by address (and version) is then stale. On CUDA, work a
 call leaves on other streams after its end event is measured (a side stream escapes the events), and persisting L2
-is reset before timing and must still be off after the candidate's calls.
+is reset before timing and must still be off after the candidate's calls. The untimed calls are guarded and counted
+like the timed ones: fewer launches than the warm-up's would let the device cool before a timed call.
 """
 
 from __future__ import annotations
@@ -152,6 +155,18 @@ class _Candidate:
         self.l2(what)
         return us, out
 
+    def lead_in(self, timer: Timer, args: list[Any], calls: int, what: str) -> None:
+        """The untimed calls queued before a timed call (stages/timing.py SUSTAIN_US), guarded as a timed call is.
+        Each must launch as a warm-up call did: calls that skipped their work while untimed would let the device cool
+        before the timed one."""
+        what = f"{what} lead-in"
+        with self.guard.section(what, timed=True) as call, torch.no_grad():
+            timer.sustain(self.fn, args, calls)
+        if call.launches < calls * self.fewest:
+            raise CandidateFault("cheat", f"{what}: {calls} calls launched {call.launches} kernels, every warm-up call "
+                                 f"launched at least {self.fewest}: untimed calls skipped their work, which lets the "
+                                 "device cool before the timed call")
+
     def check(self, out: Any, expect: list[tuple[Any, Any]], k: int, j: int, what: str) -> None:
         """Judge a timed call's output on set j's values (held in set k's buffers when j != k)."""
         try:
@@ -190,6 +205,41 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
             expect = [(ref(*s), ref64(*upcast(s))) for s in sets]
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     tails: dict[str, list[float]] = {name: [] for name in contenders}
+    lead: dict[str, int] = {}  # untimed calls queued before each timed call (stages/timing.py SUSTAIN_US)
+
+    def one(name: str, k: int, j: int, what: str) -> tuple[float, Any] | None:
+        """One timed call on set k (its buffers refilled with set j's values when j != k), after its lead-in; None
+        when a baseline failed (it is dropped)."""
+        saved = None
+        try:
+            if lead.get(name):  # before the refill and the rewrite, so the timed call still meets new inputs
+                if cand is not None and name == "candidate":
+                    cand.lead_in(timer, sets[k], lead[name], what)
+                else:
+                    with torch.no_grad():
+                        timer.sustain(contenders[name], sets[k], lead[name])
+            saved = _refill(sets[k], sets[j]) if j != k else None
+            if cand is not None and name == "candidate":
+                return cand.timed(timer, sets[k], what)
+            with torch.no_grad():
+                result = timer.time_us(contenders[name], sets[k])
+            if timer.last_tail_us is not None:
+                tails[name].append(timer.last_tail_us)
+            return result
+        except Exception as e:
+            if name == "candidate":
+                raise classify(e) from e
+            notes.append(f"baseline {name} dropped on {w.name}: it failed in {what}: {type(e).__name__}: {e}"[:400])
+            del contenders[name], samples[name]  # the baseline's fault, not the candidate's
+            return None
+        finally:
+            if saved is not None:
+                _refill(sets[k], saved)
+
+    if timer.device == "cuda":
+        for name in list(contenders):  # one call each sizes its first lead-in (not kept); then the median does
+            if (sized := one(name, 0, 0, f"{w.name} sizing call")) is not None:
+                lead[name] = timer.lead_calls(sized[0])
     rng, started, rep = random.Random(req.seed), time.perf_counter(), 0
     while True:
         order = list(contenders)
@@ -197,29 +247,14 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
         for name in order:
             k, rotation = rep % len(sets), rep // len(sets)
             j = (k + 1) % len(sets) if rotation % RECHECK_EVERY == SWAPPED and name == "candidate" else k
-            saved = _refill(sets[k], sets[j]) if j != k else None
-            try:
-                if cand is not None and name == "candidate":
-                    us, out = cand.timed(timer, sets[k], f"{w.name} timed call {rep}")
-                else:
-                    with torch.no_grad():
-                        us, out = timer.time_us(contenders[name], sets[k])
-                    if timer.last_tail_us is not None:
-                        tails[name].append(timer.last_tail_us)
-            except Exception as e:
-                if name == "candidate":
-                    raise classify(e) from e
-                notes.append(f"baseline {name} dropped on {w.name}: it failed in timed call {rep}: "
-                             f"{type(e).__name__}: {e}"[:400])  # the baseline's fault, not the candidate's
-                del contenders[name], samples[name]
+            if (timed := one(name, k, j, f"{w.name} timed call {rep}")) is None:
                 continue
-            finally:
-                if saved is not None:
-                    _refill(sets[k], saved)
+            us, out = timed
             samples[name].append(us)
+            lead[name] = timer.lead_calls(median_ci(samples[name])[0])  # the sizing call alone can be an outlier
             if cand is not None and name == "candidate" and rotation % RECHECK_EVERY in (0, SWAPPED):
                 cand.check(out, expect, k, j, f"{w.name} timed call {rep}")  # every set, not only set 0
-            del out
+            del out, timed
         rep += 1
         tight = all(rel_width(s) <= req.target_rel_ci for s in samples.values())
         if rep >= req.max_reps or (rep >= req.min_reps and (tight or time.perf_counter() - started > req.budget_s)):
@@ -238,6 +273,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
                            req.candidate else None, contender=name,  # type: ignore[arg-type]
                            benchmark_for=req.candidate.id if req.candidate else "baseline", workload=w.name, median_us=med, ci_low_us=lo,
                            ci_high_us=hi, min_us=min(s), mean_us=sum(s) / len(s), n_reps=len(s), host_us=host,
+                           lead_calls=lead.get(name, 0),
                            l2_flushed=timer.flushes_l2, input_sets=len(sets), provenance=prov))
     return rows
 

@@ -282,6 +282,9 @@ class Timing(Contract):
                                   "calls after one sync; None on a CPU, where median_us is host time): above "
                                   "median_us the call is launch-bound, and back to back it runs at this speed, not "
                                   "at median_us")
+    lead_calls: int = Field(default=0, description="untimed calls of the same contender queued before each timed "
+                            "call, so that it meets the clocks of sustained load (stages/timing.py SUSTAIN_US); 0 on a "
+                            "CPU, and in rows timed before the lead-in (BENCHMARKS.md fifteenth session)")
     l2_flushed: bool = Field(description="L2 flushed before every timed call")
     input_sets: int = Field(description="rotated input sets")
     provenance: Provenance

@@ -15,6 +15,15 @@ there exceeds its device time runs at the host's speed, whatever its kernels tak
 timer's sync, flush and spin takes the host 2-4x longer: 105-208 us against 23-61 us for the same Triton calls on
 the H200, BENCHMARKS.md tenth session; that cold time is not what a model pays.) Persisting L2 (a set-aside that
 survives the flush) is reset before timing and checked after the candidate's calls (`persisting_l2_bytes`).
+
+Before each timed call the benchmark queues the same call untimed for SUSTAIN_US of device time (`lead_calls`,
+`sustain`), so that the call meets the clocks of sustained load. Under the H200's 700 W limit a bf16 GEMM's SM clock
+falls from 1980 to 1500-1560 MHz within ~100 ms of back-to-back calls, and how far it falls depends on how busy the
+device was just before (scripts/probes/power_state.py, BENCHMARKS.md fifteenth session). Problem 10's 8192^3 GEMM
+timed 1525 us in the benchmark without a lead-in, 1549 by this timer alone, 1711 by KernelBench's procedure and 1765
+after a 20 ms lead-in, at the clock that 2 s of back-to-back calls hold (1500-1575 MHz). Without the lead-in the bf16
+GEMMs of 10 and 16 read 14-17% faster than after it. A memory-bound softmax timed the same with and without it
+(within 0.2%). At most MAX_LEAD calls: a call of a few microseconds heats nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ _sleep = torch.cuda._sleep
 
 COVER_US = 300.0  # device time queued ahead of the start event: above the harness's launch path (100-150 us measured)
 BACK_TO_BACK = 20  # calls per host-time measurement (back_to_back_us)
+SUSTAIN_US = 20_000.0  # device time of the untimed calls queued before each timed call (module doc)
+MAX_LEAD = 256  # ... at most this many calls (module doc)
 TAIL_SLACK_US = 50.0  # a device sync's own latency is well below this
 CUDA_LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
 
@@ -79,6 +90,22 @@ class Timer:
         _synchronize()
         self.last_tail_us = _elapsed(end, after) * 1e3
         return _elapsed(start, end) * 1e3, out
+
+    def lead_calls(self, device_us: float) -> int:
+        """How many untimed calls of a call taking `device_us` make SUSTAIN_US of device time before each timed one:
+        at least 1, at most MAX_LEAD; 0 on a CPU, which has no power state to reach."""
+        if self.device != "cuda":
+            return 0
+        return max(1, min(MAX_LEAD, math.ceil(SUSTAIN_US / max(device_us, 1.0))))
+
+    def sustain(self, fn: Callable[..., Any], args: list[Any], calls: int) -> None:
+        """`calls` untimed calls issued back to back, then a device-wide sync (module doc). The sync comes before the
+        harness touches memory again: work a call left on a side stream can still be writing into memory its outputs
+        gave back to the allocator."""
+        for _ in range(calls):
+            fn(*args)
+        if self.device == "cuda":
+            _synchronize()
 
     def back_to_back_us(self, fn: Callable[..., Any], args: list[Any], calls: int = BACK_TO_BACK) -> float | None:
         """The host's time per call over `calls` calls issued back to back after one sync, as a model issues its

@@ -31,7 +31,7 @@ from stages.executor import run_stage
 from stages.held_out import held_out, perturb
 from stages.integrity import Guard
 from stages.problem import load_problem
-from stages.timing import Timer, left_running, persisting_l2_bytes, reset_persisting_l2
+from stages.timing import MAX_LEAD, Timer, left_running, persisting_l2_bytes, reset_persisting_l2
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
@@ -68,6 +68,8 @@ BENCHMARK_CHEATS = {
     "replay_pointer": "result replayed by address",
     "batched_launch": "launched no kernel where its earlier calls launched 1",
 }
+# on a GPU the untimed calls queued before each timed one (stages/timing.py SUSTAIN_US) come first
+BENCHMARK_CHEATS_CUDA = {**BENCHMARK_CHEATS, "batched_launch": "untimed calls skipped their work"}
 # exploits whose outputs are simply wrong: they fail with the defect's own kind (repairable), never pass
 DEFECTS = {"stale_memory": "nan", "partial": "nan", "all_zero": "all_zero", "wrong": "mismatch"}
 
@@ -112,7 +114,8 @@ def test_cheats_that_outlive_the_candidate_are_caught_in_their_own_process(name:
 def test_benchmark_calls_each_timed_cheat_a_cheat(name: str, device: str, tmp_path: Path):
     assert verify(name, tmp_path / "v", trials=1, device=device).status == "ok"  # verification alone does not see it
     result = bench(name, tmp_path, device)
-    assert (result.failure_kind, BENCHMARK_CHEATS[name] in result.message) == ("cheat", True), result.message
+    reason = (BENCHMARK_CHEATS_CUDA if device == "cuda" else BENCHMARK_CHEATS)[name]
+    assert (result.failure_kind, reason in result.message) == ("cheat", True), result.message
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -227,6 +230,31 @@ class FakeCudaRuntime:
     def cudaCtxResetPersistingL2Cache(self):  # noqa: N802
         self.resets += 1
         return 0
+
+
+def test_untimed_lead_in_calls_that_skip_their_work_are_a_cheat(tmp_path: Path):
+    """The lead-in before each timed call (stages/timing.py SUSTAIN_US) runs on CUDA only; its check is run here on
+    the CPU, through the same _Candidate, with the interpreter's launches counted."""
+    from stages.candidate import load_model_class
+
+    x = torch.randn(4, 16)
+
+    def warmed(name: str) -> _Candidate:
+        guard = Guard(tmp_path / name, candidate(name).source)  # counts the candidate's Triton launches
+        cand = _Candidate(guard, load_model_class(candidate(name), tmp_path / name, "cpu")(), SOFTMAX.tolerance, "cpu0")
+        cand.warm([x])
+        return cand
+
+    warmed("batched_launch").lead_in(Timer("cpu"), [x], 4, "cpu0 timed call 0")  # honest for its first 9 calls
+    with pytest.raises(CandidateFault, match="8 calls launched 0 kernels, every warm-up call launched at least 1"):
+        warmed("cool_lead_in").lead_in(Timer("cpu"), [x], 8, "cpu0 timed call 0")
+
+
+def test_the_lead_in_is_sized_to_the_sustained_load_and_absent_on_a_cpu():
+    timer = Timer("cpu")
+    assert timer.lead_calls(500.0) == 0
+    timer.device = "cuda"  # the sizing rule alone (no device needed)
+    assert [timer.lead_calls(us) for us in (500.0, 1500.0, 19_999.0, 50_000.0, 5.0)] == [40, 14, 2, 1, MAX_LEAD]
 
 
 def test_persisting_l2_is_read_reset_and_a_set_aside_is_a_cheat(tmp_path: Path):

@@ -20,6 +20,14 @@ def test_work_hidden_on_a_side_stream_is_a_cheat(tmp_path: Path):
     assert result.failure_kind == "cheat" and "side stream" in result.message, result.message
 
 
+def test_untimed_calls_that_skip_their_work_are_a_cheat(tmp_path: Path):
+    """Right on every call that follows a new input, so verification and the timed calls see nothing; the lead-in
+    queued before each timed call (stages/timing.py SUSTAIN_US) is where it skips its work."""
+    assert verify("cool_lead_in", tmp_path / "v", trials=1, device="cuda").status == "ok"
+    result = bench("cool_lead_in", tmp_path, "cuda")
+    assert result.failure_kind == "cheat" and "untimed calls skipped their work" in result.message, result.message
+
+
 def test_an_honest_torch_candidate_passes_on_the_gpu(tmp_path: Path):
     assert verify("good", tmp_path / "v", device="cuda").status == "ok"
     result = bench("good", tmp_path, "cuda")
