@@ -270,7 +270,9 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
     record["device_name"] = prov.device_name
     kf: dict[tuple[str, str], dict[str, Any]] = {
         (t.contender, t.workload): {"median_us": t.median_us, "ci_low_us": t.ci_low_us, "ci_high_us": t.ci_high_us,
-                                    "mean_us": t.mean_us, "n_reps": t.n_reps, "host_us": t.host_us}
+                                    "mean_us": t.mean_us, "n_reps": t.n_reps, "host_us": t.host_us,
+                                    "lead_calls": t.lead_calls, "timed_sm_clock_mhz": t.timed_sm_clock_mhz,
+                                    "power_capped_share": t.power_capped_share}
         for t in timed.timings}  # host_us: kernelflow's own host time per call, beside the script's host_launch_us
     set_precision(problem.policy)
     module = import_problem(problem.path)

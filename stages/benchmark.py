@@ -51,7 +51,15 @@ from stages.instantiate import baseline, build, classify, guarded, set_precision
 from stages.integrity import Guard
 from stages.problem import geomean, import_problem
 from stages.provenance import collect
-from stages.timing import Timer, left_running, median_ci, persisting_l2_bytes, rel_width, reset_persisting_l2
+from stages.timing import (
+    Timer,
+    clock_summary,
+    left_running,
+    median_ci,
+    persisting_l2_bytes,
+    rel_width,
+    reset_persisting_l2,
+)
 
 if TYPE_CHECKING:
     from stages.verify import Loaded
@@ -206,6 +214,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     tails: dict[str, list[float]] = {name: [] for name in contenders}
     lead: dict[str, int] = {}  # untimed calls queued before each timed call (stages/timing.py SUSTAIN_US)
+    clocks: dict[str, list[tuple[int, bool]]] = {name: [] for name in contenders}  # NVML, after each timed call
 
     def one(name: str, k: int, j: int, what: str) -> tuple[float, Any] | None:
         """One timed call on set k (its buffers refilled with set j's values when j != k), after its lead-in; None
@@ -252,6 +261,8 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
             us, out = timed
             samples[name].append(us)
             lead[name] = timer.lead_calls(median_ci(samples[name])[0])  # the sizing call alone can be an outlier
+            if timer.last_clock is not None:
+                clocks[name].append(timer.last_clock)
             if cand is not None and name == "candidate" and rotation % RECHECK_EVERY in (0, SWAPPED):
                 cand.check(out, expect, k, j, f"{w.name} timed call {rep}")  # every set, not only set 0
             del out, timed
@@ -266,6 +277,10 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
     for name, s in samples.items():
         med, lo, hi = median_ci(s)
         host = _back_to_back(timer, contenders[name], sets[0], cand if name == "candidate" else None, w.name, notes)
+        mhz, capped = clock_summary(clocks[name])
+        if name == "candidate" and capped is not None and capped >= 0.5:
+            notes.append(f"candidate is power-limited on {w.name}: NVML reported the power cap after {capped:.0%} of its "
+                         f"timed calls (median SM clock {mhz:.0f} MHz); its times are those of sustained load")
         if host is not None and host > med:
             notes.append(f"{name} is launch-bound on {w.name}: {host:.1f} us of host time per call issued back to "
                          f"back against {med:.1f} us on the device (back to back it runs at the host's speed)")
@@ -273,7 +288,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
                            req.candidate else None, contender=name,  # type: ignore[arg-type]
                            benchmark_for=req.candidate.id if req.candidate else "baseline", workload=w.name, median_us=med, ci_low_us=lo,
                            ci_high_us=hi, min_us=min(s), mean_us=sum(s) / len(s), n_reps=len(s), host_us=host,
-                           lead_calls=lead.get(name, 0),
+                           lead_calls=lead.get(name, 0), timed_sm_clock_mhz=mhz, power_capped_share=capped,
                            l2_flushed=timer.flushes_l2, input_sets=len(sets), provenance=prov))
     return rows
 

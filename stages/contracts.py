@@ -285,6 +285,11 @@ class Timing(Contract):
     lead_calls: int = Field(default=0, description="untimed calls of the same contender queued before each timed "
                             "call, so that it meets the clocks of sustained load (stages/timing.py SUSTAIN_US); 0 on a "
                             "CPU, and in rows timed before the lead-in (BENCHMARKS.md fifteenth session)")
+    timed_sm_clock_mhz: float | None = Field(default=None, description="median SM clock read through NVML right "
+                                             "after each timed call; None where not read (a CPU, no NVML)")
+    power_capped_share: float | None = Field(default=None, description="share of timed calls after which NVML "
+                                             "reported the software power cap (the SM clock lowered to hold the "
+                                             "board's power limit): near 1, the time is the power-limited one")
     l2_flushed: bool = Field(description="L2 flushed before every timed call")
     input_sets: int = Field(description="rotated input sets")
     provenance: Provenance

@@ -23,13 +23,16 @@ device was just before (scripts/probes/power_state.py, BENCHMARKS.md fifteenth s
 timed 1525 us in the benchmark without a lead-in, 1549 by this timer alone, 1711 by KernelBench's procedure and 1765
 after a 20 ms lead-in, at the clock that 2 s of back-to-back calls hold (1500-1575 MHz). Without the lead-in the bf16
 GEMMs of 10 and 16 read 14-17% faster than after it. A memory-bound softmax timed the same with and without it
-(within 0.2%). At most MAX_LEAD calls: a call of a few microseconds heats nothing.
+(within 0.2%). At most MAX_LEAD calls: a call of a few microseconds heats nothing. Right after each timed call the
+timer reads NVML's SM clock and whether the software power cap is lowering it (`last_clock`; informational, neither a
+time nor a check): the benchmark records their median and share per contender.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import math
 import time
 from collections.abc import Callable
@@ -51,6 +54,7 @@ SUSTAIN_US = 20_000.0  # device time of the untimed calls queued before each tim
 MAX_LEAD = 256  # ... at most this many calls (module doc)
 TAIL_SLACK_US = 50.0  # a device sync's own latency is well below this
 CUDA_LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
+SW_POWER_CAP = 0x4  # NVML clock-event reason: the SM clock lowered to hold the board's power limit
 
 
 class Timer:
@@ -62,6 +66,8 @@ class Timer:
         self.l2_bytes = 0
         self.last_tail_us: float | None = None  # CUDA: work the last call left on other streams, microseconds
         self.cover_cycles = 0
+        self.last_clock: tuple[int, bool] | None = None  # CUDA: (SM MHz, power-capped) read after the last call
+        self._clock = nvml_clock() if device == "cuda" else None
         if device == "cuda":
             self.l2_bytes = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
             self.flush_buffer = torch.empty(max(2 * self.l2_bytes, 64 << 20) // 4, dtype=torch.float32, device="cuda")
@@ -89,7 +95,14 @@ class Timer:
         _record(after, stream)
         _synchronize()
         self.last_tail_us = _elapsed(end, after) * 1e3
+        self.last_clock = self._read_clock()
         return _elapsed(start, end) * 1e3, out
+
+    def _read_clock(self) -> tuple[int, bool] | None:
+        try:
+            return self._clock() if self._clock else None
+        except Exception:  # NVML failing mid-run: not read, as without NVML
+            return None
 
     def lead_calls(self, device_us: float) -> int:
         """How many untimed calls of a call taking `device_us` make SUSTAIN_US of device time before each timed one:
@@ -133,6 +146,33 @@ def _cycles_per_us() -> float:
         _record(end, stream)
         _synchronize()
     return cycles / (_elapsed(start, end) * 1e3)
+
+
+def nvml_clock(nvml: Any = None) -> Callable[[], tuple[int, bool]] | None:
+    """A reader of (SM clock in MHz, software power cap active) for the current device through NVML (`nvml`: the
+    pynvml module, for tests), or None where NVML is missing or cannot read them. Informational: the guard does not
+    watch pynvml, so no verdict and no time rests on what it reads."""
+    try:
+        nvml = nvml or importlib.import_module("pynvml")  # nvidia-ml-py, on GPU workers
+        nvml.nvmlInit()
+        handle = nvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        clock, sm = nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+        def read() -> tuple[int, bool]:
+            return int(clock(handle, sm)), bool(reasons(handle) & SW_POWER_CAP)
+        read()
+        return read
+    except Exception:  # no NVML, or a device it cannot read: None (not measured)
+        return None
+
+
+def clock_summary(readings: list[tuple[int, bool]]) -> tuple[float | None, float | None]:
+    """(median SM MHz, share of readings with the power cap on) over a contender's timed calls; Nones for none."""
+    if not readings:
+        return None, None
+    return median_ci([float(mhz) for mhz, _ in readings])[0], sum(capped for _, capped in readings) / len(readings)
 
 
 def left_running(times_us: list[float], tails_us: list[float], baseline_tails_us: list[float]) -> float | None:

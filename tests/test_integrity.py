@@ -257,6 +257,39 @@ def test_the_lead_in_is_sized_to_the_sustained_load_and_absent_on_a_cpu():
     assert [timer.lead_calls(us) for us in (500.0, 1500.0, 19_999.0, 50_000.0, 5.0)] == [40, 14, 2, 1, MAX_LEAD]
 
 
+class FakeNvml:
+    """pynvml's few calls the timer makes; `reasons` is the clock-event bit mask it reports (0x4: software power cap)."""
+    NVML_CLOCK_SM = 1
+
+    def __init__(self, mhz: int, reasons: int | Exception):
+        self.mhz, self.reasons = mhz, reasons
+
+    def nvmlInit(self) -> None: ...
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return f"gpu{index}"
+
+    def nvmlDeviceGetClockInfo(self, handle: str, which: int) -> int:
+        return self.mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: str) -> int:
+        if isinstance(self.reasons, Exception):
+            raise self.reasons
+        return self.reasons
+
+
+def test_the_clock_after_each_timed_call_is_read_and_summarized(monkeypatch: pytest.MonkeyPatch):
+    from stages.timing import clock_summary, nvml_clock
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    read = nvml_clock(FakeNvml(1515, 0x4 | 0x1))
+    assert read is not None and read() == (1515, True)
+    assert nvml_clock(FakeNvml(1980, 0x1))() == (1980, False)  # type: ignore[misc]
+    assert nvml_clock(FakeNvml(1980, RuntimeError("NVML_ERROR_NOT_SUPPORTED"))) is None
+    assert clock_summary([(1500, True), (1980, False), (1600, True)]) == (1600.0, 2 / 3)
+    assert clock_summary([]) == (None, None) and Timer("cpu").last_clock is None
+
+
 def test_persisting_l2_is_read_reset_and_a_set_aside_is_a_cheat(tmp_path: Path):
     runtime = FakeCudaRuntime(limit=32 << 20)
     assert persisting_l2_bytes(runtime) == 32 << 20

@@ -32,6 +32,9 @@ def test_an_honest_torch_candidate_passes_on_the_gpu(tmp_path: Path):
     assert verify("good", tmp_path / "v", device="cuda").status == "ok"
     result = bench("good", tmp_path, "cuda")
     assert result.status == "ok" and result.recheck_passed, result.message
+    # every timed call followed its lead-in, and NVML's clock was read after each (the device has nvidia-ml-py)
+    assert all(t.lead_calls >= 1 and 300 < (t.timed_sm_clock_mhz or 0) < 2500 and t.power_capped_share is not None
+               for t in result.timings), result.timings
 
 
 def test_an_honest_triton_candidate_passes_on_the_gpu_in_stage_processes(tmp_path: Path):
