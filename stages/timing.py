@@ -21,9 +21,9 @@ Before each timed call the benchmark queues the same call untimed for SUSTAIN_US
 falls from 1980 to 1500-1560 MHz within ~100 ms of back-to-back calls, and how far it falls depends on how busy the
 device was just before (scripts/probes/power_state.py, BENCHMARKS.md fifteenth session). Problem 10's 8192^3 GEMM
 timed 1525 us in the benchmark without a lead-in, 1549 by this timer alone, 1711 by KernelBench's procedure and 1765
-after a 20 ms lead-in, at the clock that 2 s of back-to-back calls hold (1500-1575 MHz). Without the lead-in the bf16
-GEMMs of 10 and 16 read 14-17% faster than after it. A memory-bound softmax timed the same with and without it
-(within 0.2%). At most MAX_LEAD calls: a call of a few microseconds heats nothing. Right after each timed call the
+after a 20 ms lead-in, at the clock that 2 s of back-to-back calls hold (1500-1575 MHz). After a 20 ms lead-in the
+bf16 GEMMs of 10 and 16 took 14-18% longer than without one. A memory-bound softmax timed the same with and without
+it (within 0.4%). At most MAX_LEAD calls: a call of a few microseconds heats nothing. Right after each timed call the
 timer reads NVML's SM clock and whether the software power cap is lowering it (`last_clock`; informational, neither a
 time nor a check): the benchmark records their median and share per contender.
 """
