@@ -9,6 +9,8 @@ if "KERNELFLOW_CACHE" not in os.environ:  # measured GPU ceilings of this machin
 
 import pytest  # noqa: E402
 
+from tests.s3_fixtures import moto_url, proxy, s3  # noqa: E402, F401  (S3 fixtures; moto and boto3 loaded when used)
+
 
 @pytest.fixture(scope="session")
 def prefect_harness():

@@ -28,8 +28,6 @@ import pandas as pd
 import pytest
 import torch
 
-from artifacts.mirror import Mirror, MirrorWarning
-from artifacts.s3 import S3Remote
 from artifacts.store import Store
 from stages import generate
 from stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin, ProfileRequest
@@ -39,8 +37,8 @@ from stages.problem import load_problem
 from stages.sandbox import descendants
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.prefect_server import prefect_server
-from tests.test_s3_store import candidate as s3_candidate
-from tests.test_s3_store import checked, keys, moto_url, proxy, s3  # noqa: F401  (S3 fixtures: moto behind a proxy)
+from tests.s3_fixtures import candidate as s3_candidate
+from tests.s3_fixtures import checked, keys
 
 ROOT = Path(__file__).resolve().parents[1]
 SILU = str(ROOT / "problems" / "09_silu.py")
@@ -162,11 +160,13 @@ def run_killed_then_resumed(tmp_path: Path, env: dict[str, str]) -> None:
 # ---- (b) the store unreachable -----------------------------------------------------------------------------------
 
 def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
-        prefect_harness, s3, proxy, tmp_path: Path, monkeypatch) -> None:  # noqa: F811  (the imported fixtures)
+        prefect_harness, s3, proxy, tmp_path: Path, monkeypatch) -> None:
     """tests/test_s3_store.py covers the store alone: an unreachable S3 spools with a warning, a flush later
     uploads each file once, a spool left by an earlier process goes up with `kernelflow flush`, transient 5xx are
     retried. Missing there: a whole optimize run while S3 is down (the run must finish, not fail or hang), and
     the same Mirror retrying by itself on a later write once its cool-down is over (no flush called)."""
+    from artifacts.mirror import MirrorWarning  # boto3 underneath: imported here, for machines without it
+    from artifacts.s3 import S3Remote
     from flows.optimize import main as optimize
 
     bucket, s3_client = s3
@@ -197,7 +197,10 @@ def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
 
 
 def test_b_after_the_cooldown_the_next_write_uploads_the_spool_by_itself(
-        s3, proxy, tmp_path: Path, monkeypatch) -> None:  # noqa: F811  (the imported fixtures)
+        s3, proxy, tmp_path: Path, monkeypatch) -> None:
+    from artifacts.mirror import Mirror, MirrorWarning
+    from artifacts.s3 import S3Remote
+
     bucket, s3_client = s3
     monkeypatch.setattr(S3Remote, "ATTEMPTS", 1)
     monkeypatch.setattr(Mirror, "COOLDOWN_S", 0.3)

@@ -11,72 +11,17 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 import warnings
 from pathlib import Path
 
-import boto3
 import pytest
-from faulty_proxy import FaultyProxy
-from moto.server import ThreadedMotoServer
 
-from artifacts.blobs import put_bytes
 from artifacts.mirror import MirrorWarning
 from artifacts.s3 import S3Remote
 from artifacts.store import Store
-from stages.contracts import Candidate, Origin, VerifyResult
+from tests.s3_fixtures import candidate, checked, keys
 
 ROOT = Path(__file__).resolve().parent.parent
-AWS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-@pytest.fixture(scope="module")
-def moto_url():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def proxy(moto_url):
-    proxy = FaultyProxy(moto_url)
-    yield proxy
-    with contextlib.suppress(AssertionError, OSError):
-        proxy.stop()
-
-
-@pytest.fixture
-def s3(moto_url, proxy, tmp_path, monkeypatch):
-    """A fresh bucket; boto3 (ours and the store's) reaches it through the proxy, with test keys only."""
-    for key, value in AWS.items():
-        monkeypatch.setenv(key, value)
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "KERNELFLOW_STORE",
-                "KERNELFLOW_STORE_LOCAL"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    monkeypatch.setattr(S3Remote, "BACKOFF_S", 0.01)
-    bucket = f"kf-{uuid.uuid4().hex[:12]}"
-    client = boto3.client("s3", endpoint_url=moto_url)  # straight to the server: what is really there
-    client.create_bucket(Bucket=bucket)
-    return bucket, client
-
-
-def keys(client, bucket: str) -> list[str]:
-    return sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", []))
-
-
-def candidate(n: int) -> Candidate:
-    return Candidate.make("p", "triton", f"source {n}", Origin(kind="user", proposer="test"))
-
-
-def checked(store: Store, cand: Candidate, log: bytes) -> VerifyResult:
-    """A verification row naming a log blob written into the store's local blob dir, as a stage process does."""
-    return VerifyResult(candidate_id=cand.id, problem_id="p", status="ok", device="cpu", sizes=["cpu"],
-                        blobs={"verify_log": put_bytes(store.blob_dir, log)})
 
 
 def test_a_runs_tables_and_blobs_land_on_s3_and_read_back_into_an_empty_copy(s3, tmp_path):
