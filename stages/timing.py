@@ -18,10 +18,10 @@ survives the flush) is reset before timing and checked after the candidate's cal
 
 Before each timed call the benchmark queues the same call untimed for SUSTAIN_US of device time (`lead_calls`,
 `sustain`), so that the call meets the clocks of sustained load. Under the H200's 700 W limit a bf16 GEMM's SM clock
-falls from 1980 to 1500-1560 MHz within ~100 ms of back-to-back calls, and how far it falls depends on how busy the
+falls from 1980 to 1515-1545 MHz within 150 ms of back-to-back calls, and how far it falls depends on how busy the
 device was just before (scripts/probes/power_state.py, BENCHMARKS.md fifteenth session). Problem 10's 8192^3 GEMM
 timed 1525 us in the benchmark without a lead-in, 1549 by this timer alone, 1711 by KernelBench's procedure and 1765
-after a 20 ms lead-in, at the clock that 2 s of back-to-back calls hold (1500-1575 MHz). After a 20 ms lead-in the
+after a 20 ms lead-in, at about the clock that 2 s of back-to-back calls hold (1485-1575 MHz). After a 20 ms lead-in the
 bf16 GEMMs of 10 and 16 took 14-18% longer than without one. A memory-bound softmax timed the same with and without
 it (within 0.4%). At most MAX_LEAD calls: a call of a few microseconds heats nothing. Right after each timed call the
 timer reads NVML's SM clock and whether the software power cap is lowering it (`last_clock`; informational, neither a
