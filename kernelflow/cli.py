@@ -400,10 +400,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+EPHEMERAL_STARTUP_S = 120  # seconds the local Prefect server may take to start (main)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if home := os.environ.get("PREFECT_HOME"):  # Prefect creates its home without parents, then fails to start
         Path(home).expanduser().mkdir(parents=True, exist_ok=True)
+    # The local server's first start creates and migrates its database. In a fresh clone on a 2-core machine, right
+    # after a test run, that outlasted Prefect's 20 s default and `make demo` failed (2026-12-02; it passed on the
+    # rerun). Set before any command imports Prefect, which reads its settings then; a user's own value stands.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(EPHEMERAL_STARTUP_S))
     return args.fn(args)
 
 

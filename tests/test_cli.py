@@ -1,5 +1,6 @@
 """The command line, as a user runs it."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,16 @@ def test_a_fresh_prefect_home_is_created_with_its_parents(tmp_path: Path, monkey
     home = tmp_path / "fresh" / ".kernelflow" / "prefect"
     monkeypatch.setenv("PREFECT_HOME", str(home))
     assert main(["problems", "validate", str(ROOT / "problems" / "09_silu.py")]) == 0 and home.is_dir()
+
+
+def test_the_local_prefect_server_may_take_longer_to_start_than_prefects_default(monkeypatch):
+    """A new database is migrated on the first start: that outlasted Prefect's 20 s once in a fresh clone."""
+    from kernelflow.cli import EPHEMERAL_STARTUP_S, main
+
+    key = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+    monkeypatch.delenv(key, raising=False)
+    assert main(["problems", "validate", str(ROOT / "problems" / "09_silu.py")]) == 0
+    assert os.environ[key] == str(EPHEMERAL_STARTUP_S) == "120"
+    monkeypatch.setenv(key, "45")  # the user's own value stands
+    main(["problems", "validate", str(ROOT / "problems" / "09_silu.py")])
+    assert os.environ[key] == "45"
