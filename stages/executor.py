@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal
 
 from artifacts.blobs import put_bytes
+from stages import fx_trace
 from stages.contracts import StageRequest, StageResult
 from stages.docker_executor import Docker, run_in_container
 from stages.entry import INFRA_EXIT
@@ -91,7 +92,8 @@ def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> St
     module = importlib.import_module(STAGES[name])
     if mode == "inline":
         try:
-            return module.run(request)
+            with fx_trace.LOCK:  # the stage calls nn.Modules in the flow's process, where proposals trace
+                return module.run(request)
         finally:
             forget_candidate(request)
     workdir = Path(request.workdir)

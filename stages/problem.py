@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from stages import fx_trace
 from stages.contracts import DEFAULT_TOLERANCE, Policy, Problem, SizeSet, Tolerance, Workload, sha256_text
 from stages.errors import ProblemError
 
@@ -134,7 +135,8 @@ def check_runs(problem: Problem, sizes: SizeSet = "cpu") -> list[str]:
         init = workload_call(module, w, "get_init_inputs", problem.path)
         inputs = workload_call(module, w, "get_inputs", problem.path)
         try:
-            out = module.Model(*init)(*inputs)
+            with fx_trace.LOCK:  # a trace in another thread patches nn.Module (stages/fx_trace.py)
+                out = module.Model(*init)(*inputs)
         except Exception as e:
             raise ProblemError(problem.path, f"Model(*get_init_inputs())(*get_inputs()) fails at {w.name}: {type(e).__name__}: {e}") from e
         outs = out if isinstance(out, (tuple, list)) else [out]

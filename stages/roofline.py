@@ -31,6 +31,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+from stages import fx_trace
 from stages.contracts import Contract, Policy, Problem, Workload
 from stages.errors import ProblemError
 from stages.peaks import Peaks, peaks_for
@@ -114,7 +115,7 @@ def count_work(problem: Problem, workload: Workload) -> Work:
         def forward(*args: Any) -> Any:
             return model(*args)
 
-        with torch.no_grad():
+        with torch.no_grad(), fx_trace.LOCK:  # make_fx patches nn.Module for the process (stages/fx_trace.py)
             counter = FlopCounterMode(display=False)
             with counter:
                 outputs = _tensors(model(*inputs))

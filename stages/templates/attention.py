@@ -28,9 +28,9 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
-from torch.fx.passes.shape_prop import ShapeProp
 
 from stages.contracts import Problem, Workload
+from stages.fx_trace import trace_with_shapes
 from stages.problem import import_problem, workload_call
 from stages.templates import launch
 from stages.templates.lowering import Traced, node_shape, op_name
@@ -254,8 +254,7 @@ def _trace_at(module: Any, workload: Workload, where: str) -> tuple[Found, nn.Mo
         model = module.Model(*workload_call(module, workload, "get_init_inputs", where))
     inputs = workload_call(module, workload, "get_inputs", where, meta=True)
     try:
-        graph = torch.fx.symbolic_trace(model)
-        ShapeProp(graph).propagate(*inputs)
+        graph = trace_with_shapes(model, inputs)
     except Exception as e:
         raise TemplateMismatch(f"torch.fx cannot trace forward at {workload.name}: {type(e).__name__}: {e}") from e
     return recognize(graph), model

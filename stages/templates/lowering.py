@@ -17,9 +17,9 @@ from typing import Any
 import torch
 import torch.fx
 from torch import nn
-from torch.fx.passes.shape_prop import ShapeProp
 
 from stages.contracts import Problem
+from stages.fx_trace import trace_with_shapes
 from stages.problem import workload_call
 from stages.templates.pointwise import OPS
 from stages.templates.program import Kind, Line, Operand, Program, Reduction, Scan, TemplateMismatch, Value
@@ -47,8 +47,7 @@ def trace(problem: Problem, module: ModuleType) -> Traced:
         model = module.Model(*workload_call(module, workload, "get_init_inputs", problem.path))
     inputs = workload_call(module, workload, "get_inputs", problem.path, meta=True)
     try:
-        graph = torch.fx.symbolic_trace(model)
-        ShapeProp(graph).propagate(*inputs)
+        graph = trace_with_shapes(model, inputs)
     except Exception as e:  # data-dependent control flow and the like: not a template problem
         raise TemplateMismatch(f"torch.fx cannot trace forward: {type(e).__name__}: {e}") from e
     return Traced(graph, model, reference_source(problem.source))
