@@ -25,11 +25,10 @@ from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Run
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = ROOT / "tests" / "fixtures" / "broken_problems" / "import_error.py"
-# On CPU the speedup of one candidate over eager moved by up to 21% between campaigns a minute apart (Triton's
-# interpreter against eager's C++ on a shared 2-core machine), so the tests' floor is 50%; 5% is for GPUs.
-# regression_floor: CPU timings of Triton's interpreter, two campaigns apart on CI's 2 cores beside the other pytest
-# worker, moved 17's speedup over eager by 1.45x (0.016 -> 0.011, same candidate, 2026-12-01); the 10x slowdown made
-# up for 09 below is what must be flagged, and 17's re-timing must not be
+# regression_floor 0.9, a 90% band (the default 5% is for GPUs): on CPU, Triton's interpreter against eager's C++
+# on CI's 2 cores beside the other pytest worker, two campaigns apart moved 17's speedup over eager by 1.45x
+# (0.016 -> 0.011, same candidate, 2026-12-01); the 10x slowdown made up for 09 below is what must be flagged, and
+# 17's re-timing must not be
 SUITE = f"""
 name: ci-smoke
 device: cpu

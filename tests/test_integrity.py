@@ -75,7 +75,8 @@ DEFECTS = {"stale_memory": "nan", "partial": "nan", "all_zero": "all_zero", "wro
 
 
 def candidate(name: str) -> Candidate:
-    source = (FIXTURES / f"{name}.py").read_text()
+    """An adversarial fixture by name, or a path (an honest example)."""
+    source = (Path(name) if name.endswith(".py") else FIXTURES / f"{name}.py").read_text()
     backend: Backend = "triton" if "import triton" in source else "cuda" if "load_inline" in source else "torch"
     return Candidate.make(SOFTMAX.id, backend, source, Origin(kind="user", proposer="fixture"))
 
@@ -240,12 +241,13 @@ def test_untimed_lead_in_calls_that_skip_their_work_are_a_cheat(tmp_path: Path):
     x = torch.randn(4, 16)
 
     def warmed(name: str) -> _Candidate:
-        guard = Guard(tmp_path / name, candidate(name).source)  # counts the candidate's Triton launches
-        cand = _Candidate(guard, load_model_class(candidate(name), tmp_path / name, "cpu")(), SOFTMAX.tolerance, "cpu0")
+        work = tmp_path / Path(name).stem
+        guard = Guard(work, candidate(name).source)  # counts the candidate's Triton launches
+        cand = _Candidate(guard, load_model_class(candidate(name), work, "cpu")(), SOFTMAX.tolerance, "cpu0")
         cand.warm([x])
         return cand
 
-    warmed("batched_launch").lead_in(Timer("cpu"), [x], 4, "cpu0 timed call 0")  # honest for its first 9 calls
+    warmed(str(ROOT / "prompts" / "examples" / "triton_softmax.py")).lead_in(Timer("cpu"), [x], 8, "cpu0 timed call 0")
     with pytest.raises(CandidateFault, match="8 calls launched 0 kernels, every warm-up call launched at least 1"):
         warmed("cool_lead_in").lead_in(Timer("cpu"), [x], 8, "cpu0 timed call 0")
 

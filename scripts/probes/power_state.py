@@ -45,7 +45,6 @@ while True:
     print(t, pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM), pynvml.nvmlDeviceGetPowerUsage(h), reasons(h), flush=True)
     time.sleep(0.0005)
 """
-POWER_CAP = 0x4  # NVML clock-event reason: software power cap
 LEADS_MS = (0.0, 5.0, 20.0)  # lead-in device time before each timed call: 0 = one call
 
 
@@ -89,12 +88,14 @@ def _lead_then_time(timer: Any, fn: Any, args: list[Any]) -> float:
 
 def window(samples: list[tuple[int, int, int, int]], t0: int, t1: int) -> dict[str, Any]:
     """SM clock, power and the power-cap share over one phase's window."""
+    from stages.timing import SW_POWER_CAP
+
     inside = [s for s in samples if t0 <= s[0] <= t1]
     if not inside:
         return {"n": 0}
     return {"n": len(inside), "sm_mhz_median": statistics.median(s[1] for s in inside),
             "sm_mhz_min": min(s[1] for s in inside), "power_w_median": statistics.median(s[2] for s in inside) / 1e3,
-            "power_cap_share": sum(1 for s in inside if s[3] & POWER_CAP) / len(inside)}
+            "power_cap_share": sum(1 for s in inside if s[3] & SW_POWER_CAP) / len(inside)}
 
 
 def main(argv: list[str] | None = None) -> None:
