@@ -8,7 +8,8 @@ docstring then mark as slower than the baseline.
 
 What: DIR/ is a package named after DIR: model_new.py (the candidate's source, byte for byte as verified),
 reference.py (the problem's source it was verified against), op.py (kernelflow/export_op.py: ModelNew behind a
-torch custom op with a fake implementation), binaries/ (the compile stage's PTX, cubins, SASS and CUDA sources),
+torch custom op with a fake implementation), replay.py for a template's kernel (kernelflow/export_replay.py: its
+forward recorded once per input signature and replayed), binaries/ (the compile stage's PTX, cubins, SASS and CUDA sources),
 logs/ (compile and verify logs), manifest.json (provenance) and __init__.py (how to use it). The package is
 written beside DIR and renamed into place: a failed export leaves nothing half-written.
 """
@@ -40,6 +41,7 @@ from stages.errors import KernelflowError
 from stages.problem import import_file, load_problem, workload_call
 
 OP_SOURCE = Path(__file__).with_name("export_op.py")
+REPLAY_SOURCE = Path(__file__).with_name("export_replay.py")
 INIT_TEMPLATE = Path(__file__).with_name("export_init.py.j2")
 FORMAT = "kernelflow-export/1"
 
@@ -146,6 +148,14 @@ def _requires(source: str) -> list[str]:
     names = {alias.name for node in nodes if isinstance(node, ast.Import) for alias in node.names}
     names |= {node.module for node in nodes if isinstance(node, ast.ImportFrom) and node.module and not node.level}
     return sorted({n.split(".")[0] for n in names} - set(sys.stdlib_module_names))
+
+
+def _records_launches(source: str) -> bool:
+    """Whether the candidate launches through a template's `_kf_launch` that records (stages/templates/launch.py):
+    a module-level `_kf_recording = None` and `def _kf_launch`. Only those exports replay (kernelflow/export_replay.py)."""
+    body = ast.parse(source).body
+    assigned = {t.id for node in body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+    return "_kf_recording" in assigned and any(isinstance(n, ast.FunctionDef) and n.name == "_kf_launch" for n in body)
 
 
 def _safe(name: str) -> str:
@@ -285,12 +295,17 @@ def export(store: Store, problem: str, out: str | Path, run_id: str | None = Non
         (staging / "model_new.py").write_text(src.candidate.source)
         (staging / "reference.py").write_text(src.problem.source)
         shutil.copyfile(OP_SOURCE, staging / "op.py")
+        replays = _records_launches(src.candidate.source)
+        if replays:
+            shutil.copyfile(REPLAY_SOURCE, staging / "replay.py")
         blobs = _blobs(store, staging, {"compile": src.compiled, "verify": src.verify})
-        files = {rel: _sha256(staging / rel) for rel in ["model_new.py", "reference.py", "op.py", *blobs]}
+        files = {rel: _sha256(staging / rel)
+                 for rel in ["model_new.py", "reference.py", "op.py", *(["replay.py"] if replays else []), *blobs]}
         custom_op = {"name": f"kf_export::k_{_identifier(problem_id)}_{choice.candidate_id}",
                      "returns_tuple": _returns_tuple(src.problem, staging / "reference.py")}
         manifest = _manifest(src, choice, f"run {run_id}" if run_id else "every run of the problem in the store",
                              custom_op, files)
+        manifest["host_path"] = "replay" if replays else "forward"
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
         env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
         (staging / "__init__.py").write_text(env.from_string(INIT_TEMPLATE.read_text()).render(
@@ -298,7 +313,8 @@ def export(store: Store, problem: str, out: str | Path, run_id: str | None = Non
             run_id=choice.run_id, package=out.name, exported_at=manifest["exported_at"],
             verdict=_verdict(choice, src.bench), op_name=custom_op["name"],
             run_note=_run_note(src.candidate, manifest["requires"]),
-            binaries=", ".join(f for f in blobs if f.startswith("binaries/")) or "nothing, for this backend"))
+            binaries=", ".join(f for f in blobs if f.startswith("binaries/")) or "nothing, for this backend",
+            replays=replays))
         if out.exists():
             shutil.rmtree(out)
         staging.replace(out)

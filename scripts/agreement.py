@@ -261,7 +261,8 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
     pkg = _import_export(package)
     record["export"] = {"package": package.name, "candidate_id": manifest["candidate"]["id"],
                         "model_new_sha256": manifest["files"]["model_new.py"], "custom_op": manifest["custom_op"]["name"],
-                        "beats_baselines": manifest["beats_baselines"], "timed_class": pkg.ModelNew.__module__}
+                        "beats_baselines": manifest["beats_baselines"], "timed_class": pkg.ModelNew.__module__,
+                        "host_path": manifest.get("host_path", "forward")}
     record["kernelflow_medians"] = {f"{t.workload}/{t.contender}": {"median_us": t.median_us, "ci_low_us": t.ci_low_us,
                                                                      "ci_high_us": t.ci_high_us}
                                     for t in timed.timings}  # every contender, torch.compile too (--with-compile)
@@ -295,6 +296,8 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
                                                                         trials=kb_trials, no_grad=no_grad,
                                                                         cover_us=COVER_DIAG_US))
             cell["host_launch_us"] = host_launch_us(fn, inputs, device)
+            if name == "candidate" and hasattr(pkg, "replay_status"):  # the export's host path (kernelflow/export_replay.py)
+                cell["replay"] = sorted(set(pkg.replay_status(fn).values()))
             record["workloads"].setdefault(w.name, {})[name] = cell
             log(f"{problem_id} {w.name} {name}: kernelflow median {cell['kf']['median_us']:.1f} us, KernelBench "
                 f"procedure median {cell['kb']['median_us']:.1f} us (mean {cell['kb']['mean_us']:.1f}), ratio "

@@ -105,12 +105,14 @@ def test_the_exported_package_is_what_is_timed_on_cpu_shapes(agreement, tmp_path
     assert record["candidate_id"] == record["export"]["candidate_id"]  # the rebuilt candidate is what is exported
     assert record["rebuilt_is_best"] == (record["candidate_id"] == data["best"])  # and says if the template changed
     assert record["export"]["timed_class"] == "kb_agree_09_silu.model_new"  # ModelNew from the exported package
+    assert record["export"]["host_path"] == "replay"  # a template's kernel: replayed on CUDA tensors
     assert record["verify"]["status"] == "ok" and record["device"] == "cpu"
     assert sorted(record["workloads"]) == ["cpu0", "cpu1"]
     for w in record["workloads"].values():
         for name in ("candidate", "eager"):
             c = w[name]
             assert c["kb"]["n"] == 3 and c["kf"]["n_reps"] == 3 and c["ratio_median"] > 0 and isinstance(c["agree"], bool)
+        assert w["candidate"]["replay"] == ["tensors on cpu: the verified forward runs"]
     out = tmp_path / "agreement"
     out.mkdir()
     (out / "09_silu.json").write_text(json.dumps(record, default=str))

@@ -73,7 +73,7 @@ for w in problem.cpu_workloads:
     checks = torch.library.opcheck(getattr(torch.ops.kf_export, pkg.MANIFEST["custom_op"]["name"].split("::")[1]),
                                    (op.kf_handle, list(inputs)))
     same.append(set(checks.values()) == {"SUCCESS"})
-print(json.dumps({"leaked": leaked, "ratios": ratios, "same": all(same)}))
+print(json.dumps({"leaked": leaked, "ratios": ratios, "same": all(same), "replay": sorted(set(pkg.replay_status(new).values()))}))
 """
 
 
@@ -149,6 +149,9 @@ def test_the_winner_exports_as_a_drop_in_package(cpu_run, tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["leaked"] == [] and result["same"], result
+    # a template's kernel: its forward replays on CUDA tensors (tests/test_export_replay.py), on CPU ones never
+    assert manifest["host_path"] == "replay" and "replay.py" in manifest["files"]
+    assert result["replay"] == ["tensors on cpu: the verified forward runs"], result
     assert len(result["ratios"]) == 6 and max(result["ratios"].values()) <= 1.0, result["ratios"]
 
 

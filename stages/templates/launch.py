@@ -24,6 +24,9 @@ which cost the H200's host 3.5-6 and 2-4 us a call in KernelBench's sequence (sc
 0.6 and 0.5 us for the helpers). The templates allocate with `X.new_empty(shape, dtype=...)` (4.5 us there, 5.6
 for `torch.empty` with a device argument).
 
+While an export records a forward (kernelflow/export_replay.py), `_kf_recording` is a list, and each launch
+appends its compiled kernel, grid, arguments and trailing parameter values (None for a launch that is not kept).
+
 Three cases always take the JIT: CPU and meta tensors (Triton's interpreter, and the compile stage's capture), a
 torch.compile trace (dynamo traces `kernel[grid]`, not this cache), and arguments of other types than tensors,
 numbers, strings and None. The grid is a tuple of one to three ints, as the templates write it. At most _KF_CAP keys
@@ -44,6 +47,7 @@ import triton
 _KF_CAP = 1024
 _KF_EXACT = (int, bool, float, str, type(None))
 _kf_compiled: dict = {}  # key -> (the kernel, its CompiledKernel, the values of its parameters after the positional ones)
+_kf_recording = None  # a list while an export records the forward (kernelflow/export_replay.py); None otherwise
 
 
 def _kf_pow2(n):
@@ -90,12 +94,17 @@ def _kf_launch(kernel, grid, *args, **meta):
             compiled.run(g[0], g[1], g[2], stream, compiled.function, compiled.packed_metadata,
                          None if enter is None else compiled.launch_metadata(grid, stream, *args, *tail), enter,
                          _kf_hook(triton.knobs.runtime.launch_exit_hook), *args, *tail)
+            if _kf_recording is not None:
+                _kf_recording.append((compiled, g, args, tail))
             return
     compiled = kernel[grid](*args, **meta)
-    if key is None or compiled is None or any(type(v) not in _KF_EXACT for v in meta.values()):
-        return  # a keyword's value is its exact part of the key: only numbers, strings and None are kept
     names = kernel.arg_names[len(args):]
-    if all(n in meta for n in names):
+    # a keyword's value is its exact part of the key: only numbers, strings and None are kept
+    kept = (key is not None and compiled is not None and all(type(v) in _KF_EXACT for v in meta.values())
+            and all(n in meta for n in names))
+    if _kf_recording is not None:  # a launch that is not kept cannot be replayed: None says so
+        _kf_recording.append((compiled, (*grid, 1, 1), args, tuple(meta[n] for n in names)) if kept else None)
+    if kept:
         if len(_kf_compiled) >= _KF_CAP:
             _kf_compiled.clear()
         _kf_compiled[key] = kernel, compiled, tuple(meta[n] for n in names)
