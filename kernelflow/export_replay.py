@@ -96,7 +96,8 @@ class _Ops(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         name = func.overloadpacket.__name__
         if name in _ALLOCATIONS:
-            self.allocated[out.untyped_storage().data_ptr()] = out.untyped_storage().nbytes()
+            storage = out.untyped_storage()  # memory freed and allocated again in one forward: the larger block
+            self.allocated[storage.data_ptr()] = max(storage.nbytes(), self.allocated.get(storage.data_ptr(), 0))
         elif name not in _VIEWS:
             self.computing.append(str(func))
         return out
@@ -201,15 +202,10 @@ def _plan_source(model: nn.Module, args: tuple[Any, ...], outs: list[torch.Tenso
     b = _Builder(model, args, allocated)
     for entry in launches:
         b.launch(*entry)
-    nbytes = {}
     for o in outs:
-        storage = o.untyped_storage().data_ptr()
-        if storage not in allocated:
+        if o.untyped_storage().data_ptr() not in allocated:
             raise NotReplayable("an output is not memory the forward allocated (an input, or the module's)")
-        b.buffer(storage)
-        nbytes[storage] = o.untyped_storage().nbytes()
-    for t in (a for entry in launches for a in (*entry[2], *entry[3]) if isinstance(a, torch.Tensor)):
-        nbytes.setdefault(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        b.buffer(o.untyped_storage().data_ptr())
     device = outs[0].device
     uses = collections.Counter(o.untyped_storage().data_ptr() for o in outs)
     # an output that is the whole of its memory, and the only output there, is allocated as the forward allocated it
@@ -219,10 +215,16 @@ def _plan_source(model: nn.Module, args: tuple[Any, ...], outs: list[torch.Tenso
     lines = [f"    stream = {b.const(stream_of)}({device.index})", *b.checks]
     for storage, name in b.buffers.items():
         if (w := whole.get(storage)) is not None:
-            lines.append(f"    {name} = torch.empty_strided({tuple(w.shape)}, {w.stride()}, dtype={b.const(w.dtype)}, "
-                         f"device={dev})")
+            like = next((i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.shape == w.shape
+                         and a.stride() == w.stride() and a.dtype == w.dtype and a.device == w.device
+                         and a.is_contiguous()), None)
+            if like is not None:  # the cheapest allocation on the H200's host: 2.6 us against 4.5-5.6 (BENCHMARKS.md)
+                lines.append(f"    {name} = torch.empty_like(a[{like}])")
+            else:
+                lines.append(f"    {name} = torch.empty_strided({tuple(w.shape)}, {w.stride()}, "
+                             f"dtype={b.const(w.dtype)}, device={dev})")
         else:
-            lines.append(f"    {name} = torch.empty({nbytes[storage]}, dtype=torch.uint8, device={dev})")
+            lines.append(f"    {name} = torch.empty({allocated[storage]}, dtype=torch.uint8, device={dev})")
             if poison:
                 lines.append(f"    {name}.fill_(255)")
     results = []

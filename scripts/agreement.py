@@ -93,7 +93,11 @@ KB_FLUSH_BYTES = 32 * 1024 * 1024 * 8  # a 256 MiB int64 tensor, filled before e
 CONTENDERS = ("candidate", "eager")
 CAUSES = {"host path": "the launch cover brings it within ±5%, eager agrees",
           "machine state": "eager misses too, the speedup over eager agrees",
-          "unexplained": "neither"}  # cause()'s verdicts, as the table names them
+          "power state": "kernelflow's timed calls ran power-capped, at a clock 2% or more off the one read after "
+                         "KernelBench's passes, the way the times differ",
+          "unexplained": "none of these"}  # cause()'s verdicts, as the table names them
+POWER_CAPPED = 0.5  # a contender whose timed calls mostly ran under the power cap (stages/benchmark.py's note)
+CLOCK_GAP = 0.02  # kernelflow's median timed SM clock against KernelBench's, relative
 COVER_DIAG_US = 300.0  # the `kb_covered` diagnostic's device spin after the flush (stages/timing.py COVER_US)
 FINAL = ("ok", "failed")  # what --skip-done skips; "timeout" and "error" (infrastructure) are tried again
 
@@ -400,7 +404,12 @@ def cause(cell: dict[str, Any]) -> str | None:
       first launch, beyond its flush: module doc);
     - "machine state": eager misses too, and the speedup over eager agrees within ±5% (KernelBench's against
       kernelflow's: the two procedures saw the machine differently, e.g. a power-limited clock, not the kernel);
-    - "unexplained": neither."""
+    - "power state": kernelflow's timed calls ran under the power cap (Timing.power_capped_share, informational),
+      at a median SM clock at least 2% off the median of the clocks read between and after KernelBench's passes,
+      the way the times differ (kernelflow's clock lower where KernelBench's time is shorter, or higher where it is
+      longer): the two procedures timed the kernel at different clocks. Records before the fifteenth session lack
+      the fields;
+    - "unexplained": none of these."""
     c, e = cell["candidate"], cell["eager"]
     if c["agree"]:
         return None
@@ -409,6 +418,12 @@ def cause(cell: dict[str, Any]) -> str | None:
         return "host path"
     if not e["agree"] and agrees(e["ratio_median"] / c["ratio_median"]):
         return "machine state"
+    kf_mhz, capped = c["kf"].get("timed_sm_clock_mhz"), c["kf"].get("power_capped_share")
+    kb_mhz = [m for m in (c.get("sm_clock_mhz") or [])[1:] if m]  # between and after the passes
+    if kf_mhz and capped is not None and capped >= POWER_CAPPED and kb_mhz:
+        gap = statistics.median(kb_mhz) / kf_mhz - 1
+        if abs(gap) >= CLOCK_GAP and (gap > 0) == (c["ratio_median"] < 1):
+            return "power state"
     return "unexplained"
 
 
@@ -448,8 +463,13 @@ def render(out_dir: Path) -> str:
     speedup = sum(agrees(c["eager"]["ratio_median"] / c["candidate"]["ratio_median"]) for c in cells)
     lines.append(f"- the speedup over eager (KernelBench's procedure against kernelflow's) within ±5% on {speedup} of "
                  f"{len(cells)} shapes.")
+    if replays := [(r["problem"], w, c["candidate"]["replay"]) for r in shown for w, c in sorted(r["workloads"].items())
+                   if "replay" in c["candidate"]]:
+        lines.append(f"- the export's host path (kernelflow/export_replay.py): replayed on "
+                     f"{sum(states == ['replayed'] for _, _, states in replays)} of {len(replays)} shapes" + "".join(
+                         f"; {p} {w}: {'; '.join(states)[:100]}" for p, w, states in replays if states != ["replayed"]))
     misses = [(r["problem"], w, why) for r in shown for w, c in sorted(r["workloads"].items()) if (why := cause(c))]
-    for why in ("host path", "machine state", "unexplained"):
+    for why in CAUSES:
         if named := [f"{p} {w}" for p, w, m in misses if m == why]:
             lines.append(f"- misses, {why} ({CAUSES[why]}): {len(named)} ({', '.join(named)})")
     if rebuilt := [r["problem"] for r in shown if not r.get("rebuilt_is_best")]:

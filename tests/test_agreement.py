@@ -147,10 +147,14 @@ def test_speedups_are_rendered_from_kernelflows_medians_with_the_sol_ceiling(agr
 
 def test_each_miss_is_named_by_its_own_controls(agreement, tmp_path: Path):
     """The cover closes a host-path miss while eager agrees; a miss that eager shares, with the speedup over eager
-    the same under both procedures, is the machine's state; anything else is unexplained."""
-    def shape(cand_kb: float, covered_kb: float, eager_kb: float) -> dict:
+    the same under both procedures, is the machine's state; a candidate timed power-capped at a clock off
+    KernelBench's, the way the times differ, is the power state (22 gpu1 of the fifteenth session: 1905 MHz capped
+    against 1980, ratio 0.949); anything else is unexplained."""
+    def shape(cand_kb: float, covered_kb: float, eager_kb: float, clocks: tuple | None = None) -> dict:
         c = cell(500.0, cand_kb, agreement)
         c["kb_covered"] = agreement.kernelbench_stats([covered_kb / 1e3] * 3)
+        if clocks:
+            (c["kf"]["timed_sm_clock_mhz"], c["kf"]["power_capped_share"]), c["sm_clock_mhz"] = clocks[:2], clocks[2]
         return {"candidate": c, "eager": cell(1000.0, eager_kb, agreement)}
 
     record = {"problem": "15_add_rmsnorm", "status": "ok", "device": "cuda", "device_name": "NVIDIA H200",
@@ -158,12 +162,23 @@ def test_each_miss_is_named_by_its_own_controls(agreement, tmp_path: Path):
               "workloads": {"gpu0": shape(536.0, 501.0, 1002.0),  # host path
                             "gpu1": shape(570.0, 565.0, 1150.0),  # machine state: 1.14 and 1.15
                             "gpu2": shape(560.0, 560.0, 1001.0),  # unexplained
-                            "gpu3": shape(505.0, 505.0, 1000.0)}}  # agrees
+                            "gpu3": shape(505.0, 505.0, 1000.0),  # agrees
+                            "gpu4": shape(474.0, 474.0, 1000.0, (1905.0, 1.0, [1965, 1980, 1980])),  # power state
+                            "gpu5": shape(474.0, 474.0, 1000.0, (1905.0, 0.2, [1965, 1980, 1980])),  # not capped
+                            "gpu6": shape(474.0, 474.0, 1000.0, (1980.0, 1.0, [1905, 1905, 1905])),  # the wrong way
+                            "gpu7": shape(474.0, 474.0, 1000.0, (1965.0, 1.0, [1800, 1980, 1980]))}}  # within 2%
     assert [agreement.cause(c) for _, c in sorted(record["workloads"].items())] == [
-        "host path", "machine state", "unexplained", None]
+        "host path", "machine state", "unexplained", None, "power state", "unexplained", "unexplained", "unexplained"]
+    record["workloads"]["gpu0"]["candidate"]["replay"] = ["replayed"]
+    record["workloads"]["gpu1"]["candidate"]["replay"] = ["seen once"]
     (tmp_path / "15_add_rmsnorm.json").write_text(json.dumps(record))
     table = agreement.render(tmp_path)
-    assert "- the speedup over eager (KernelBench's procedure against kernelflow's) within ±5% on 2 of 4 shapes." in table
+    assert ("- the export's host path (kernelflow/export_replay.py): replayed on 1 of 2 shapes; 15_add_rmsnorm gpu1: "
+            "seen once") in table
+    assert "- the speedup over eager (KernelBench's procedure against kernelflow's) within ±5% on 2 of 8 shapes." in table
     assert "- misses, host path (the launch cover brings it within ±5%, eager agrees): 1 (15_add_rmsnorm gpu0)" in table
     assert "- misses, machine state (eager misses too, the speedup over eager agrees): 1 (15_add_rmsnorm gpu1)" in table
-    assert "- misses, unexplained (neither): 1 (15_add_rmsnorm gpu2)" in table
+    assert ("- misses, power state (kernelflow's timed calls ran power-capped, at a clock 2% or more off the one read "
+            "after KernelBench's passes, the way the times differ): 1 (15_add_rmsnorm gpu4)") in table
+    assert "- misses, unexplained (none of these): 4 (15_add_rmsnorm gpu2, 15_add_rmsnorm gpu5, 15_add_rmsnorm gpu6, " \
+           "15_add_rmsnorm gpu7)" in table
