@@ -326,7 +326,7 @@ def replaying(cls: type[nn.Module], module: ModuleType) -> type[nn.Module]:
                 return forward(self, *args)
             try:
                 key = _key(args)
-            except TypeError:
+            except (TypeError, RuntimeError):  # another type; a tensor without a data pointer (sparse, say)
                 return forward(self, *args)
             plans = _PLANS.get(self)
             if plans is None:

@@ -10,7 +10,9 @@ TARGET_GPU (the H200 we optimize for) and the message says so; on an unknown GPU
 
 On CUDA, in this process:
 - time: median over TIMED_CALLS calls, each timed alone by stages.timing.Timer (streams synced, L2 flushed,
-  CUDA events), after WARMUP_CALLS warm-up calls; inputs are one fresh draw of the declared distribution and
+  CUDA events) after ~SUSTAIN_US of untimed calls, as the benchmark times them (stages/timing.py: a power-limited
+  kernel's clock falls within ~100 ms of sustained load, and the profile's rates are then those of the benchmark's
+  median, not of a burst), after WARMUP_CALLS warm-up calls; inputs are one fresh draw of the declared distribution and
   the models are built with equal weights (stages.instantiate.build), seeds fixed per workload. Correctness
   is not judged here (verify and benchmark do that); an exception or GPU fault in forward is a failure row.
 - energy: J per call from NVML's total-energy counter over a loop of `energy_calls`-call blocks (stages/energy.py).
@@ -103,10 +105,15 @@ def _measure(req: ProfileRequest, w: Workload) -> tuple[float, float | None, str
         for _ in range(WARMUP_CALLS):
             guarded(new, *inputs)
         try:
+            sized, out = timer.time_us(new, inputs)  # sizes the first lead-in, as the benchmark's sizing call (not kept)
+            del out
+            lead = timer.lead_calls(sized)
             for _ in range(TIMED_CALLS):
+                timer.sustain(new, inputs, lead)
                 us, out = timer.time_us(new, inputs)
                 times.append(us)
                 del out
+                lead = timer.lead_calls(median(times))
             energy, note = j_per_call(new, inputs, req.energy_calls)
         except Exception as e:
             raise classify(e) from e
