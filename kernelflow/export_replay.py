@@ -21,7 +21,8 @@ class (same constructor, parameters and state_dict) whose forward:
 - checks the plan once: replayed on copies of the inputs (other pointers), its memory filled with 0xFF first, every
   output must equal the forward's bit for bit, with the same shape, strides and dtype; so must the lean variant's;
 - later calls of the key run the plan: one generated Python function that allocates, calls each compiled kernel's
-  launcher (CompiledKernel.run, as `_kf_launch` does) and returns the outputs as views of what it allocated.
+  launcher (CompiledKernel.run, as `_kf_launch` does, with the tensors' data pointers as ints) and returns the
+  outputs as views of what it allocated.
 
 The verified forward runs instead, every call: on CPU and meta tensors, while torch.compile traces, while a launch
 hook is set (a profiler then sees each launch with its metadata), and for an argument of another type. For a key
@@ -157,7 +158,7 @@ class _Builder:
         return self.buffers.setdefault(storage, f"b{len(self.buffers)}")
 
     def tensor(self, t: torch.Tensor) -> str:
-        """The expression for t in a launch: an input, a module tensor or a buffer, or its data pointer + offset."""
+        """The expression for t's data pointer in a launch: an input's, a module tensor's or a buffer's, + an offset."""
         storage = t.untyped_storage().data_ptr()
         if storage in self.inputs:
             i, a = self.inputs[storage]
@@ -176,7 +177,9 @@ class _Builder:
                                 "by the forward")
         if offset < 0:
             raise NotReplayable("a launch reads before its input's data pointer")
-        return base if offset == 0 else f"{base}.data_ptr() + {offset}"
+        # an int: Triton's launcher takes it as the pointer, where a tensor costs it a data_ptr() call and a driver
+        # query (cuPointerGetAttribute) per argument
+        return f"{base}.data_ptr()" if offset == 0 else f"{base}.data_ptr() + {offset}"
 
     def launch(self, compiled: Any, grid: tuple[int, ...], args: tuple[Any, ...], tail: tuple[Any, ...]) -> None:
         values = []

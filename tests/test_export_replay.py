@@ -4,6 +4,7 @@ outputs and checks are exercised; real kernels on a GPU: tests/test_export.py.""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -63,18 +64,18 @@ def candidate_module(extra_launch: bool = False) -> types.ModuleType:
     return module
 
 
-def f32(t: torch.Tensor) -> torch.Tensor:
-    """The memory behind t as float32, as a kernel sees it: the plan hands over bytes where the forward had floats."""
-    return t.reshape(-1).view(torch.uint8).view(torch.float32)
+def f32(t: Any, n: int) -> torch.Tensor:
+    """n float32 values at t (a tensor, or a data pointer as the plan hands them over), as a kernel sees them."""
+    return torch.frombuffer((ctypes.c_char * (4 * n)).from_address(_pointer(t)), dtype=torch.float32)
 
 
 def scale(x, w, tmp, n):  # tmp = x * w
-    f32(tmp)[:n].copy_(f32(x)[:n] * f32(w)[:n])
+    f32(tmp, n).copy_(f32(x, n) * f32(w, n))
 
 
-def shift_half(tmp, out, n, half):  # out = tmp + 1; `half`, tmp's second half, is handed over as a pointer
+def shift_half(tmp, out, n, half):  # out = tmp + 1; `half` points at tmp's second half
     assert _pointer(half) == _pointer(tmp) + n // 2 * 4
-    f32(out)[:n].copy_(f32(tmp)[:n] + 1)
+    f32(out, n).copy_(f32(tmp, n) + 1)
 
 
 SCALE, SHIFT = FakeCompiled(scale), FakeCompiled(shift_half)
