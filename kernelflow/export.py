@@ -9,8 +9,8 @@ docstring then mark as slower than the baseline.
 What: DIR/ is a package named after DIR: model_new.py (the candidate's source, byte for byte as verified),
 reference.py (the problem's source it was verified against), op.py (kernelflow/export_op.py: ModelNew behind a
 torch custom op with a fake implementation), replay.py for a template's kernel (kernelflow/export_replay.py: its
-forward recorded once per input signature and replayed), binaries/ (the compile stage's PTX, cubins, SASS and CUDA sources),
-logs/ (compile and verify logs), manifest.json (provenance) and __init__.py (how to use it). The package is
+forward recorded once per input signature and replayed), binaries/ (the compile stage's PTX, cubins, SASS and CUDA
+sources), logs/ (compile and verify logs), manifest.json (provenance) and __init__.py (how to use it). The package is
 written beside DIR and renamed into place: a failed export leaves nothing half-written.
 """
 

@@ -66,15 +66,17 @@ def test_an_inline_verify_waits_for_a_trace_in_another_thread(tmp_path: Path):
     """While torch.fx traces, nn.Module.__call__ is the tracer's in every thread (stages/fx_trace.py): a reference
     called then raised "module is not installed as a submodule" (a CI run, multi-agent search, inline stages). The
     trace here holds the patch until the verify has finished, or for 5 s: a verify that does not wait runs under it."""
-    finished, original = threading.Event(), nn.Module.__call__
+    entered, finished, original = threading.Event(), threading.Event(), nn.Module.__call__
 
     class Holds(nn.Module):
         def forward(self, x):
+            entered.set()
             finished.wait(5)
             return x + 1
 
     tracer = threading.Thread(target=trace_with_shapes, args=(Holds(), [torch.zeros(2)]))
     tracer.start()
+    assert entered.wait(30), "the trace did not start"
     outcome: list[object] = []
 
     def verify_beside() -> None:
