@@ -335,7 +335,7 @@ def replaying(cls: type[nn.Module], module: ModuleType) -> type[nn.Module]:
             if plans is None:
                 plans = _PLANS[self] = {}
             plan = plans.get(key)
-            if type(plan) is Plan and _free():
+            if type(plan) is Plan and not _hooked():
                 out = plan.fn(self, args)
                 if out is not _STALE:
                     return out
@@ -344,7 +344,7 @@ def replaying(cls: type[nn.Module], module: ModuleType) -> type[nn.Module]:
                 devices = {a.device.type for a in args if isinstance(a, torch.Tensor)}
                 plans[key] = _SEEN if devices and devices <= REPLAY_DEVICES else (
                     f"tensors on {', '.join(sorted(devices)) or 'no device'}: the verified forward runs")
-            elif plan is _SEEN and _free():
+            elif plan is _SEEN and not _hooked():
                 out, plans[key] = _record(self, forward, args, module)
                 return out
             return forward(self, *args)
@@ -352,11 +352,6 @@ def replaying(cls: type[nn.Module], module: ModuleType) -> type[nn.Module]:
     Replayed.__name__ = Replayed.__qualname__ = cls.__name__
     Replayed.__module__ = cls.__module__
     return Replayed
-
-
-def _free() -> bool:
-    """No launch hook, which must see the forward's own launches with their metadata."""
-    return not _hooked()
 
 
 def replay_status(model: nn.Module) -> dict[str, str]:
