@@ -235,3 +235,13 @@ def test_on_the_gpu_the_replay_matches_the_forward_and_keeps_every_check(tmp_pat
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["failures"] == [], report
+
+
+def test_only_a_recording_kf_launch_makes_an_export_replay():
+    from kernelflow.export import _records_launches
+    from stages.templates import launch
+
+    template = f"import torch\nimport triton\n{launch.SOURCE}\nclass ModelNew(torch.nn.Module):\n    pass\n"
+    assert _records_launches(template)
+    assert not _records_launches((ROOT / "prompts" / "examples" / "triton_softmax.py").read_text())  # kernel[grid]
+    assert not _records_launches(template.replace("_kf_recording = None", "_kf_unused = None"))  # an older template
