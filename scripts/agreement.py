@@ -96,7 +96,6 @@ CAUSES = {"host path": "the launch cover brings it within ±5%, eager agrees",
           "power state": "kernelflow's timed calls ran power-capped, at a clock 2% or more off the one read after "
                          "KernelBench's passes, the way the times differ",
           "unexplained": "none of these"}  # cause()'s verdicts, as the table names them
-POWER_CAPPED = 0.5  # a contender whose timed calls mostly ran under the power cap (stages/benchmark.py's note)
 CLOCK_GAP = 0.02  # kernelflow's median timed SM clock against KernelBench's, relative
 COVER_DIAG_US = 300.0  # the `kb_covered` diagnostic's device spin after the flush (stages/timing.py COVER_US)
 FINAL = ("ok", "failed")  # what --skip-done skips; "timeout" and "error" (infrastructure) are tried again
@@ -418,9 +417,11 @@ def cause(cell: dict[str, Any]) -> str | None:
         return "host path"
     if not e["agree"] and agrees(e["ratio_median"] / c["ratio_median"]):
         return "machine state"
+    from stages.contracts import POWER_LIMITED_SHARE  # as the benchmark's note counts it
+
     kf_mhz, capped = c["kf"].get("timed_sm_clock_mhz"), c["kf"].get("power_capped_share")
     kb_mhz = [m for m in (c.get("sm_clock_mhz") or [])[1:] if m]  # between and after the passes
-    if kf_mhz and capped is not None and capped >= POWER_CAPPED and kb_mhz:
+    if kf_mhz and capped is not None and capped >= POWER_LIMITED_SHARE and kb_mhz:
         gap = statistics.median(kb_mhz) / kf_mhz - 1
         if abs(gap) >= CLOCK_GAP and (gap > 0) == (c["ratio_median"] < 1):
             return "power state"

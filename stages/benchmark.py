@@ -34,6 +34,7 @@ from stages import static_checks
 from stages.candidate import load_model_class
 from stages.compare import judge
 from stages.contracts import (
+    POWER_LIMITED_SHARE,
     BenchmarkRequest,
     BenchmarkResult,
     FailureKind,
@@ -278,7 +279,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
         med, lo, hi = median_ci(s)
         host = _back_to_back(timer, contenders[name], sets[0], cand if name == "candidate" else None, w.name, notes)
         mhz, capped = clock_summary(clocks[name])
-        if name == "candidate" and capped is not None and capped >= 0.5:
+        if name == "candidate" and capped is not None and capped >= POWER_LIMITED_SHARE:
             notes.append(f"candidate is power-limited on {w.name}: NVML reported the power cap after {capped:.0%} of its "
                          f"timed calls (median SM clock {mhz:.0f} MHz); its times are those of sustained load")
         if host is not None and host > med:

@@ -263,6 +263,9 @@ class Provenance(Contract):
     tf32: bool = Field(description="TF32 allowed for fp32 matmul/conv during the measurement")
 
 
+POWER_LIMITED_SHARE = 0.5  # Timing.power_capped_share at or above which a contender counts as power-limited
+
+
 class Timing(Contract):
     """One contender on one workload: median and 95% interval (a row of timings or baselines)."""
 

@@ -102,12 +102,13 @@ def _kf_launch(kernel, grid, *args, **meta):
     # a keyword's value is its exact part of the key: only numbers, strings and None are kept
     kept = (key is not None and compiled is not None and all(type(v) in _KF_EXACT for v in meta.values())
             and all(n in meta for n in names))
+    tail = tuple(meta[n] for n in names) if kept else None
     if _kf_recording is not None:  # a launch that is not kept cannot be replayed: None says so
-        _kf_recording.append((compiled, (*grid, 1, 1), args, tuple(meta[n] for n in names)) if kept else None)
+        _kf_recording.append((compiled, (*grid, 1, 1), args, tail) if kept else None)
     if kept:
         if len(_kf_compiled) >= _KF_CAP:
             _kf_compiled.clear()
-        _kf_compiled[key] = kernel, compiled, tuple(meta[n] for n in names)
+        _kf_compiled[key] = kernel, compiled, tail
 # --- the candidate's copy ends here ---
 
 
