@@ -103,11 +103,15 @@ FINAL = ("ok", "failed")  # what --skip-done skips; "timeout" and "error" (infra
 
 def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, warmup: int = KB_WARMUP,
                          trials: int = KB_TRIALS, discard_first: int = KB_DISCARD, no_grad: bool = False,
-                         flush_bytes: int = KB_FLUSH_BYTES, cover_us: float = 0.0) -> list[float]:
+                         flush_bytes: int = KB_FLUSH_BYTES, cover_us: float = 0.0,
+                         host_us: list[float] | None = None) -> list[float]:
     """Per-call times in ms by KernelBench's cuda_event procedure (module doc); autograd stays on, as in its eval,
     unless `no_grad`. On CPU (tests only): the same warm-ups, trials and discard, timed by perf_counter, no flush.
     `cover_us` > 0 is not KernelBench's procedure but a diagnostic: the device spins that long after the flush, as
-    kernelflow's timer does (stages/timing.py COVER_US), so the host's launch path is no longer timed."""
+    kernelflow's timer does (stages/timing.py COVER_US), so the host's launch path is no longer timed. `host_us`, a
+    list, gets each kept CUDA trial's host time from the flush's launch returning to the call returning (two
+    perf_counter reads, ~0.1 us, not on the device's path): the call is timed beyond its kernels when that outlasts
+    the flush on the device (`flush_device_us`)."""
     import torch
 
     cuda = device == "cuda"
@@ -130,14 +134,18 @@ def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, w
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 scratch = torch.empty(flush_bytes // 8, dtype=torch.int64, device=device)
                 scratch.fill_(42)
+                h0 = time.perf_counter()
                 del scratch
                 if cover_cycles:
                     torch.cuda._sleep(cover_cycles)
                 start.record()
                 fn(*args)
                 end.record()
+                h1 = time.perf_counter()
                 torch.cuda.synchronize()
                 ms = start.elapsed_time(end)
+                if host_us is not None and i >= discard_first:
+                    host_us.append((h1 - h0) * 1e6)
             else:
                 t0 = time.perf_counter()
                 fn(*args)
@@ -145,6 +153,37 @@ def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, w
             if i >= discard_first:
                 times.append(ms)
     return times
+
+
+def flush_device_us(device: str, flush_bytes: int = KB_FLUSH_BYTES, calls: int = 20) -> float | None:
+    """Median device time of the procedure's flush (a `flush_bytes` int64 fill_), by CUDA events; None off CUDA."""
+    if device != "cuda":
+        return None
+    import torch
+
+    scratch = torch.empty(flush_bytes // 8, dtype=torch.int64, device=device)
+    samples = []
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        scratch.fill_(42)
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+    del scratch
+    return statistics.median(samples)
+
+
+def host_after_flush(samples_us: list[float], flush_us: float | None) -> dict[str, Any] | None:
+    """A pass's host times after the flush (kernelbench_times_ms `host_us`): median, 90th percentile, max, and the
+    share of trials in which the host took longer than the flush ran on the device."""
+    if not samples_us:
+        return None
+    ordered = sorted(samples_us)
+    over = None if flush_us is None else sum(s > flush_us for s in samples_us) / len(samples_us)
+    return {"median_us": statistics.median(ordered), "p90_us": ordered[int(0.9 * (len(ordered) - 1))],
+            "max_us": ordered[-1], "over_flush_share": over}
 
 
 def host_launch_us(fn: Callable[..., Any], args: list[Any], device: str, calls: int = 20) -> float | None:
@@ -280,19 +319,25 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
         for t in timed.timings}  # host_us: kernelflow's own host time per call, beside the script's host_launch_us
     set_precision(problem.policy)
     module = import_problem(problem.path)
+    flush_us = flush_device_us(device)
     for w in problem.workloads(sizes):
         ref, new = build(module, pkg.ModelNew, w, device, seed=trial_seed(0, w.name, "init"))
         assert new is not None
         inputs = draw(module, w, trial_seed(0, w.name, "bench", 0), "declared", device)  # the benchmark's first set
         for name, fn in (("candidate", new), ("eager", ref)):
             clocks = [sm_clock_mhz(device)]
-            passes = []
+            passes: list[list[float]] = []
+            hosts: list[list[float]] = []
             for _ in range(2):  # the first pass is kept beside the check, not in it (module doc: "Two passes")
+                hosts.append([])
                 passes.append(kernelbench_times_ms(fn, inputs, device, warmup=kb_warmup, trials=kb_trials,
-                                                   no_grad=no_grad))
+                                                   no_grad=no_grad, host_us=hosts[-1]))
                 clocks.append(sm_clock_mhz(device))
             cell = compare(kf[(name, w.name)], kernelbench_stats(passes[1]))
             cell["kb_first_pass"] = kernelbench_stats(passes[0])
+            cell["kb_samples_us"] = [round(ms * 1e3, 1) for ms in passes[1]]  # the checked pass, in call order
+            cell["flush_device_us"] = flush_us
+            cell["kb_host_after_flush"] = [host_after_flush(h, flush_us) for h in hosts]  # first pass, checked pass
             cell["sm_clock_mhz"] = clocks  # before, between and after the passes (None where NVML is missing)
             # diagnostics, not the check: the procedure with kernelflow's launch cover, and the host's launch cost
             cell["kb_covered"] = kernelbench_stats(kernelbench_times_ms(fn, inputs, device, warmup=kb_warmup,
@@ -306,7 +351,8 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
                 f"procedure median {cell['kb']['median_us']:.1f} us (mean {cell['kb']['mean_us']:.1f}), ratio "
                 f"{cell['ratio_median']:.3f} {'agrees' if cell['agree'] else 'DISAGREES'}; first pass "
                 f"{cell['kb_first_pass']['median_us']:.1f}, covered {cell['kb_covered']['median_us']:.1f}, host "
-                f"launch {cell['host_launch_us'] or 0:.1f} us, SM MHz {clocks}")
+                f"launch {cell['host_launch_us'] or 0:.1f} us, SM MHz {clocks}; host after the flush (checked pass) "
+                f"{json.dumps(cell['kb_host_after_flush'][1])}, flush {flush_us or 0:.1f} us")
         del ref, new, inputs
         if device == "cuda":
             torch.cuda.empty_cache()
