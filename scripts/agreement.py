@@ -50,6 +50,11 @@ and 70-190 us in others (the state is per process, sometimes changing between sh
 not the core), eager in one ATen call. `kb_covered` removes exactly that; `host_launch_us` is the warm path. Since
 the templates' lean launch (stages/templates/launch.py; BENCHMARKS.md fourteenth session) the warm path is 31 us
 (median over the suite's 52 shapes, was 43.5) and 44 of 52 shapes agree; a slow process can still outlast the flush.
+With the export's replayed forward (kernelflow/export_replay.py) the warm path is 19.3 us (median of 42 replayed
+shapes, BENCHMARKS.md seventeenth session). Inside this procedure, though, the call follows a device sync, and the
+host takes about 4x its warm time: each trial's host time from the flush to the call's return (`kb_host_after_flush`,
+beside `flush_device_us`) had a median of 80 us over 59 cells. The cells 2% or more above kernelflow's median were
+those where it outlasted the flush in every trial.
 
 What decides it for a power-limited kernel (BENCHMARKS.md fifteenth session): the SM clock under the board's power
 limit, which follows how busy the device was over the last ~100 ms. kernelflow's timer left the device idle between

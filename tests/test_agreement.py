@@ -33,6 +33,14 @@ def test_kernelbench_statistics(agreement):
     assert agreement.sig3(0.0012345) == 0.00123 and agreement.sig3(536.49) == 536.0
 
 
+def test_host_after_the_flush_counts_the_trials_the_host_outlasted_the_flush(agreement):
+    summary = agreement.host_after_flush([40.0, 60.0, 90.0, 120.0, 30.0], 70.0)
+    assert summary["median_us"] == 60.0 and summary["max_us"] == 120.0
+    assert summary["over_flush_share"] == pytest.approx(2 / 5)
+    assert agreement.host_after_flush([], 70.0) is None  # a CPU pass records no host times
+    assert agreement.host_after_flush([50.0], None)["over_flush_share"] is None  # no flush time: no share
+
+
 def test_the_check_is_median_against_median_within_five_percent(agreement):
     kf = {"median_us": 100.0, "mean_us": 100.0}
     outlier = agreement.compare(kf, {"median_us": 104.9, "mean_us": 150.0})  # one slow call moves only the mean
