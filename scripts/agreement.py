@@ -54,7 +54,7 @@ With the export's replayed forward (kernelflow/export_replay.py) the warm path i
 shapes, BENCHMARKS.md seventeenth session). Inside this procedure, though, the call follows a device sync, and the
 host takes about 4x its warm time: each trial's host time from the flush to the call's return (`kb_host_after_flush`,
 beside `flush_device_us`) had a median of 80 us over 59 cells. The cells 2% or more above kernelflow's median were
-those where it outlasted the flush in every trial.
+those where it outlasted the flush in 99-100% of trials.
 
 What decides it for a power-limited kernel (BENCHMARKS.md fifteenth session): the SM clock under the board's power
 limit, which follows how busy the device was over the last ~100 ms. kernelflow's timer left the device idle between
