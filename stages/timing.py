@@ -23,8 +23,12 @@ device was just before (scripts/probes/power_state.py, BENCHMARKS.md fifteenth s
 timed 1525 us in the benchmark without a lead-in, 1549 by this timer alone, 1711 by KernelBench's procedure and 1765
 after a 20 ms lead-in, at about the clock that 2 s of back-to-back calls hold (1485-1575 MHz). After a 20 ms lead-in the
 bf16 GEMMs of 10 and 16 took 14-18% longer than without one. A memory-bound softmax timed the same with and without
-it (within 0.4%). At most MAX_LEAD calls: a call of a few microseconds heats nothing. Right after each timed call the
-timer reads NVML's SM clock and whether the software power cap is lowering it (`last_clock`; informational, neither a
+it (within 0.4%). At most MAX_LEAD calls: a call of a few microseconds heats nothing. The lead-in puts a contender
+timed alone at its sustained state; interleaved in the benchmark's rounds, a power-bound contender's time also
+follows its neighbour's: on 22 gpu1 the candidate took 1885-1893 us alone at any lead-in and 1955-2007 interleaved
+with eager, whose own time moved the other way (BENCHMARKS.md seventeenth session; the reading that the power
+controller's state outlasts the lead-in is not yet tested). Right after each timed call the timer reads NVML's SM
+clock and whether the software power cap is lowering it (`last_clock`; informational, neither a
 time nor a check): the benchmark records their median and share per contender.
 """
 
