@@ -12,14 +12,12 @@ each GPU shape:
 - `lead_<L>`: the same, with the call itself queued untimed for about L ms of device time before each flush (L=0:
   once);
 - `lead_<L>_nospin`: that lead-in without the spin (the lead-in covers the host's path when a call is long);
-and per problem `stage`: kernelflow's benchmark stage (stages/benchmark.py), candidate and eager, all shapes, and
-`sustained`: 2 s of back-to-back calls of eager on the first shape, for how fast the clock falls.
-Then, per shape, `interleaved_<L>`: the candidate and eager timed in shuffled rounds as the benchmark stage times
-them, each timed call after about L ms of its own untimed calls, for L in INTERLEAVED_LEADS_MS; one row per
-contender. It tests a reading of BENCHMARKS.md's seventeenth session (22 gpu1): with a 20 ms lead-in a call is
-timed partly at the power state its neighbour left; with a lead-in longer than the power controller's response, each
-contender's interleaved median would come back to its median alone (`lead_20`). `--interleaved-only` skips the
-per-contender phases (the stage still runs first).
+and per problem `stage`: kernelflow's benchmark stage (stages/benchmark.py), candidate and eager, all shapes;
+`stage_<L>`: the same stage with its lead-in set to about L ms (stages/timing.py SUSTAIN_US, for L in STAGE_LEADS_MS),
+and `sustained`: 2 s of back-to-back calls of eager on the first shape, for how fast the clock falls.
+`stage_<L>` tests a reading of BENCHMARKS.md's seventeenth session (22 gpu1): the stage interleaves its contenders, and
+with a 20 ms lead-in a call is timed partly at the power state its neighbour left; with a lead-in longer than the
+power controller's response each contender's stage median would come back to its median alone (`lead_20`).
 
 `python3 scripts/probes/power_state.py --problems 10,16 --out FILE`. Needs CUDA and NVML.
 """
@@ -52,28 +50,7 @@ while True:
     time.sleep(0.0005)
 """
 LEADS_MS = (0.0, 5.0, 20.0)  # lead-in device time before each timed call: 0 = one call
-INTERLEAVED_LEADS_MS = (20.0, 150.0)  # the benchmark's SUSTAIN_US, and past the ~100-150 ms the clock takes to fall
-
-
-def interleaved_us(timer: Any, contenders: dict[str, tuple[Any, list[Any]]], lead_ms: float, rounds: int,
-                   seed: int = 0) -> dict[str, list[float]]:
-    """The contenders timed in `rounds` shuffled rounds, each timed call after ~`lead_ms` of its own untimed calls
-    (sized from one call), as stages/benchmark.py interleaves them."""
-    import random
-
-    rng = random.Random(seed)
-    leads = {name: max(1, math.ceil(lead_ms * 1e3 / timer.time_us(fn, args)[0]))
-             for name, (fn, args) in contenders.items()}
-    out: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        order = list(contenders)
-        rng.shuffle(order)
-        for name in order:
-            fn, args = contenders[name]
-            for _ in range(leads[name]):
-                fn(*args)
-            out[name].append(_lead_then_time(timer, fn, args))
-    return out
+STAGE_LEADS_MS = (150.0,)  # the stage's lead-in past the ~100-150 ms the clock takes to fall (module doc)
 
 
 def timer_times_us(timer: Any, fn: Any, args: list[Any], calls: int, lead: int, spin: bool) -> list[float]:
@@ -132,8 +109,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results", default=str(ROOT / "bench" / "results"))
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--interleaved-only", action="store_true", help="only the stage and the interleaved phases")
-    parser.add_argument("--rounds", type=int, default=30, help="rounds of each interleaved phase")
     args = parser.parse_args(argv)
     import torch
     from agreement import kernelbench_times_ms, selected
@@ -179,9 +154,16 @@ def main(argv: list[str] | None = None) -> None:
                 with tempfile.TemporaryDirectory() as work:
                     req = BenchmarkRequest(problem=problem, candidate=cand, device="cuda", blob_dir=work, sizes="gpu",
                                            baselines=["eager"], workdir=work)
-                    res = phase("stage", {"problem": path.stem}, benchmark.run, req)
-                    phases[-1].update(status=res.status, medians_us={f"{t.workload}/{t.contender}": t.median_us
-                                                                     for t in res.timings})
+                    for lead_ms in (None, *STAGE_LEADS_MS):  # None: the stage as it is
+                        sustain = timing.SUSTAIN_US
+                        timing.SUSTAIN_US = sustain if lead_ms is None else lead_ms * 1e3
+                        try:
+                            res = phase("stage" if lead_ms is None else f"stage_{lead_ms:g}", {"problem": path.stem},
+                                        benchmark.run, req)
+                        finally:
+                            timing.SUSTAIN_US = sustain
+                        phases[-1].update(status=res.status, medians_us={f"{t.workload}/{t.contender}": t.median_us
+                                                                         for t in res.timings})
                     new_cls = load_model_class(cand, work, "cuda")
                     set_precision(problem.policy)
                     module = import_problem(problem.path)
@@ -193,8 +175,6 @@ def main(argv: list[str] | None = None) -> None:
                                 time.sleep(0.5)
                                 phase("sustained", {"problem": path.stem, "workload": w.name}, sustained, ref, inputs)
                             for name, fn in (("candidate", new), ("eager", ref)):
-                                if args.interleaved_only:
-                                    break
                                 tags = {"problem": path.stem, "workload": w.name, "contender": name}
                                 time.sleep(0.3)
                                 phase("kb", tags, kb_us, fn, inputs)
@@ -207,17 +187,6 @@ def main(argv: list[str] | None = None) -> None:
                                         phase(f"lead_{lead_ms:g}" + ("" if spin else "_nospin"),
                                               {**tags, "lead_calls": lead}, timer_times_us, timer, fn, inputs,
                                               args.calls, lead, spin)
-                            for lead_ms in INTERLEAVED_LEADS_MS:
-                                time.sleep(0.3)
-                                t0 = time.monotonic_ns()
-                                got = interleaved_us(timer, {"candidate": (new, inputs), "eager": (ref, inputs)},
-                                                     lead_ms, args.rounds)
-                                t1 = time.monotonic_ns()
-                                for name, times in got.items():
-                                    phases.append({"phase": f"interleaved_{lead_ms:g}", "problem": path.stem,
-                                                   "workload": w.name, "contender": name, "t0": t0, "t1": t1,
-                                                   "median_us": statistics.median(times)})
-                                    print({k: v for k, v in phases[-1].items() if k not in ("t0", "t1")}, flush=True)
                         del ref, new, inputs
                         torch.cuda.empty_cache()
         finally:
