@@ -5,7 +5,9 @@ synced, L2 flushed, CUDA events), inputs rotated over several fresh sets, repeti
 of every median is tight or the budget ends. The candidate's outputs on timed calls are re-checked against
 the float64 reference, so a kernel cannot be right only when it is not being timed. On CUDA each timed call follows
 untimed calls of the same contender, about 20 ms of device time (stages/timing.py SUSTAIN_US), so that a
-power-limited kernel is timed at the clocks it keeps under sustained load.
+power-limited kernel is timed at the clocks it keeps under sustained load; once NVML reports the power cap on a
+workload, about 150 ms (SETTLE_US), so that a timed call meets its own contender's power state and not the one its
+neighbour in the round left, and the rounds timed before are dropped.
 
 Integrity (docs/INTEGRITY.md): the timer's primitives were bound before the candidate was imported
 (stages/timing.py), and every candidate call, timed ones included, runs in a guarded section (stages/integrity.py)
@@ -246,14 +248,19 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
             if saved is not None:
                 _refill(sets[k], saved)
 
+    # where the power cap is on (or NVML cannot tell), every lead-in settles the power state (stages/timing.py)
+    settle, dropped, device_us = timer.device == "cuda" and not timer.reads_clock, 0, {}
     if timer.device == "cuda":
         for name in list(contenders):  # one call each sizes its first lead-in (not kept); then the median does
             if (sized := one(name, 0, 0, f"{w.name} sizing call")) is not None:
-                lead[name] = timer.lead_calls(sized[0])
-    rng, started, rep = random.Random(req.seed), time.perf_counter(), 0
+                device_us[name] = sized[0]
+                settle = settle or bool(timer.last_clock and timer.last_clock[1])
+        lead.update((name, timer.lead_calls(us, settle)) for name, us in device_us.items())
+    rng, started, rep, first = random.Random(req.seed), time.perf_counter(), 0, 0
     while True:
         order = list(contenders)
         rng.shuffle(order)
+        cap_seen = False
         for name in order:
             k, rotation = rep % len(sets), rep // len(sets)
             j = (k + 1) % len(sets) if rotation % RECHECK_EVERY == SWAPPED and name == "candidate" else k
@@ -261,16 +268,33 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
                 continue
             us, out = timed
             samples[name].append(us)
-            lead[name] = timer.lead_calls(median_ci(samples[name])[0])  # the sizing call alone can be an outlier
+            device_us[name] = median_ci(samples[name])[0]  # the sizing call alone can be an outlier
+            lead[name] = timer.lead_calls(device_us[name], settle)
             if timer.last_clock is not None:
                 clocks[name].append(timer.last_clock)
+                cap_seen = cap_seen or timer.last_clock[1]
             if cand is not None and name == "candidate" and rotation % RECHECK_EVERY in (0, SWAPPED):
                 cand.check(out, expect, k, j, f"{w.name} timed call {rep}")  # every set, not only set 0
             del out, timed
         rep += 1
+        if cap_seen and not settle:  # the cap came on: the rounds timed so far met their neighbours' state; dropped
+            settle, dropped, first = True, rep, rep
+            for kept in (samples, tails, clocks):
+                for v in kept.values():
+                    v.clear()
+            lead.update((name, timer.lead_calls(device_us[name], settle)) for name in contenders)
+            continue
         tight = all(rel_width(s) <= req.target_rel_ci for s in samples.values())
-        if rep >= req.max_reps or (rep >= req.min_reps and (tight or time.perf_counter() - started > req.budget_s)):
+        over = time.perf_counter() - started > req.budget_s
+        if rep >= max(req.max_reps, first + min(req.min_reps, req.max_reps)) or \
+                (rep - first >= req.min_reps and (tight or over)):  # a restart still gets its own rounds
             break
+    if settle:
+        why = "the power cap is on" if timer.reads_clock else "NVML cannot read the power cap here, so it is assumed on"
+        least = min((lead[n] * device_us[n] for n in contenders), default=0.0) / 1e3
+        notes.append(f"{why} for {w.name}: each timed call followed at least {least:.0f} ms of its contender's own "
+                     "calls (stages/timing.py SETTLE_US)" +
+                     (f"; the {dropped} rounds timed before the cap was seen were dropped" if dropped else ""))
     if cand is not None and (tail := left_running(samples["candidate"], cand.tails, tails.get("eager", []))):
         raise CandidateFault("cheat", f"{w.name}: its calls left a median {tail:.1f} us of work running after their "
                              "end event (work on a side stream the timer does not see)")

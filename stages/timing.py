@@ -21,15 +21,17 @@ Before each timed call the benchmark queues the same call untimed for SUSTAIN_US
 falls from 1980 to 1515-1545 MHz within 150 ms of back-to-back calls, and how far it falls depends on how busy the
 device was just before (scripts/probes/power_state.py, BENCHMARKS.md fifteenth session). Problem 10's 8192^3 GEMM
 timed 1525 us in the benchmark without a lead-in, 1549 by this timer alone, 1711 by KernelBench's procedure and 1765
-after a 20 ms lead-in, at about the clock that 2 s of back-to-back calls hold (1485-1575 MHz). After a 20 ms lead-in the
-bf16 GEMMs of 10 and 16 took 14-18% longer than without one. A memory-bound softmax timed the same with and without
-it (within 0.4%). At most MAX_LEAD calls: a call of a few microseconds heats nothing. The lead-in puts a contender
-timed alone at its sustained state; interleaved in the benchmark's rounds, a power-bound contender's time also
-follows its neighbour's: on 22 gpu1 the candidate took 1885-1893 us alone at any lead-in and 1955-2007 interleaved
-with eager, whose own time moved the other way (BENCHMARKS.md seventeenth session; the reading that the power
-controller's state outlasts the lead-in is not yet tested). Right after each timed call the timer reads NVML's SM
-clock and whether the software power cap is lowering it (`last_clock`; informational, neither a
-time nor a check): the benchmark records their median and share per contender.
+after a 20 ms lead-in, at about the clock that 2 s of back-to-back calls hold (1485-1575 MHz). A memory-bound softmax
+timed the same with and without it (within 0.4%). At most MAX_LEAD calls: a call of a few microseconds heats nothing.
+Where the power cap is on, 20 ms is too short: the power controller's state outlasts it, and the benchmark interleaves
+its contenders, so a timed call met the state its neighbour left. On 22 gpu1 the candidate took 1885-1893 us alone and
+1955-2007 interleaved with eager, whose 1014 us alone read 901-926; both met at one SM clock (BENCHMARKS.md seventeenth
+and eighteenth sessions). So where NVML reports the cap (or cannot be read), each lead-in is SETTLE_US instead (`settle`),
+longer than the controller takes to settle after a change of load; the same stage then gave 1897-1901 and 1020-1023,
+each contender's own (scripts/probes/power_state.py `stage_150`), and its intervals were tight after 21-62 rounds where
+the 20 ms lead-in needed 135-290 on 10 and 16. Right after each timed call the timer reads NVML's SM clock and whether
+the software power cap is lowering it (`last_clock`): the benchmark records their median and share per contender, and
+a reading of the cap is what turns `settle` on.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ COVER_US = 300.0  # device time queued ahead of the start event: above the harne
 BACK_TO_BACK = 20  # calls per host-time measurement (back_to_back_us)
 SUSTAIN_US = 20_000.0  # device time of the untimed calls queued before each timed call (module doc)
 MAX_LEAD = 256  # ... at most this many calls (module doc)
+SETTLE_US = 150_000.0  # ... where the power cap is on: past the ~100-150 ms the clock takes to settle (module doc)
+MAX_SETTLE_LEAD = 1024  # ... at most this many calls: a call the cap holds is no short call
 TAIL_SLACK_US = 50.0  # a device sync's own latency is well below this
 CUDA_LIMIT_PERSISTING_L2 = 0x06  # cudaLimitPersistingL2CacheSize
 SW_POWER_CAP = 0x4  # NVML clock-event reason: the SM clock lowered to hold the board's power limit
@@ -108,12 +112,19 @@ class Timer:
         except Exception:  # NVML failing mid-run: not read, as without NVML
             return None
 
-    def lead_calls(self, device_us: float) -> int:
-        """How many untimed calls of a call taking `device_us` make SUSTAIN_US of device time before each timed one:
-        at least 1, at most MAX_LEAD; 0 on a CPU, which has no power state to reach."""
+    @property
+    def reads_clock(self) -> bool:
+        """Whether NVML's clock and power-cap reading works here (`last_clock` is read after each timed call)."""
+        return self._clock is not None
+
+    def lead_calls(self, device_us: float, settle: bool = False) -> int:
+        """How many untimed calls of a call taking `device_us` make SUSTAIN_US of device time before each timed one
+        (SETTLE_US where the power cap is on, `settle`): at least 1, at most MAX_LEAD (MAX_SETTLE_LEAD); 0 on a CPU,
+        which has no power state to reach."""
         if self.device != "cuda":
             return 0
-        return max(1, min(MAX_LEAD, math.ceil(SUSTAIN_US / max(device_us, 1.0))))
+        total, most = (SETTLE_US, MAX_SETTLE_LEAD) if settle else (SUSTAIN_US, MAX_LEAD)
+        return max(1, min(most, math.ceil(total / max(device_us, 1.0))))
 
     def sustain(self, fn: Callable[..., Any], args: list[Any], calls: int) -> None:
         """`calls` untimed calls issued back to back, then a device-wide sync (module doc). The sync comes before the

@@ -103,3 +103,59 @@ def test_torch_compile_baselines_are_specialized_to_each_workload(monkeypatch):
                 torch.testing.assert_close(baseline(name, copy.deepcopy(ref))(x), ref(x))
             assert graphs == [[False], [False], [False]], (name, graphs)
     torch._dynamo.reset()
+
+
+def test_a_power_capped_workload_settles_each_lead_in_and_drops_the_rounds_before(tmp_path: Path, monkeypatch):
+    """On a GPU, once NVML reports the power cap, every lead-in is SETTLE_US of the contender's own calls, and the
+    rounds timed before (which met their neighbours' power state) are dropped; without NVML the cap is assumed. Here a
+    stand-in timer on the CPU plays the GPU: every call "takes" 1000 us, and the cap shows from the 7th timed call of
+    the run on (cpu0: after its two sizing calls and two rounds, so its third round sees it and is dropped with the
+    first two; cpu1: already at its sizing calls)."""
+    import stages.timing as timing
+    from stages.timing import Timer
+
+    def run(clock: bool, cap_from: int | None) -> tuple[object, list[int]]:
+        calls, leads = [0], []
+
+        def init(self, device):
+            real_init(self, "cpu")
+            self.device, self._clock = "cuda", (lambda: (1980, False)) if clock else None
+
+        def time_us(self, fn, args):
+            calls[0] += 1
+            out = fn(*args)
+            self.last_tail_us = None
+            self.last_clock = (1500, calls[0] > cap_from) if clock and cap_from is not None else \
+                ((1980, False) if clock else None)
+            return 1000.0, out
+
+        def sustain(self, fn, args, n):
+            leads.append(n)
+            for _ in range(n):
+                fn(*args)
+
+        monkeypatch.setattr(Timer, "__init__", init)
+        monkeypatch.setattr(Timer, "time_us", time_us)
+        monkeypatch.setattr(Timer, "sustain", sustain)
+        monkeypatch.setattr(Timer, "back_to_back_us", lambda self, fn, args, calls=20: None)
+        monkeypatch.setattr(timing, "SETTLE_US", 6_000.0)  # 6 calls of 1000 us (150 on a GPU), against SUSTAIN's 20
+        result = bench("good", tmp_path / f"{clock}-{cap_from}")
+        monkeypatch.undo()
+        return result, leads
+
+    real_init = Timer.__init__
+    capped, leads = run(clock=True, cap_from=6)
+    assert capped.status == "ok", capped.message
+    rows = {(t.workload, t.contender): t for t in capped.timings}
+    assert {t.lead_calls for t in rows.values()} == {6} and all(10 <= t.n_reps <= 40 for t in rows.values())
+    assert "power cap is on for cpu0" in capped.message and "the 3 rounds timed before the cap was seen were dropped" \
+        in capped.message and "power cap is on for cpu1: each timed call followed at least 6 ms" in capped.message
+    assert leads[:6] == [20] * 6 and set(leads[6:]) == {6}  # the round that saw the cap ends as it began
+    assert all(t.power_capped_share == 1.0 for t in rows.values())  # only the settled rounds' clocks are kept
+
+    cool, leads = run(clock=True, cap_from=None)
+    assert cool.status == "ok" and "power cap" not in cool.message and set(leads) == {20}
+    assert {t.lead_calls for t in cool.timings} == {20}
+
+    blind, leads = run(clock=False, cap_from=None)
+    assert blind.status == "ok" and set(leads) == {6} and "NVML cannot read the power cap here" in blind.message

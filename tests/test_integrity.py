@@ -31,7 +31,14 @@ from stages.executor import run_stage
 from stages.held_out import held_out, perturb
 from stages.integrity import Guard
 from stages.problem import load_problem
-from stages.timing import MAX_LEAD, Timer, left_running, persisting_l2_bytes, reset_persisting_l2
+from stages.timing import (
+    MAX_LEAD,
+    MAX_SETTLE_LEAD,
+    Timer,
+    left_running,
+    persisting_l2_bytes,
+    reset_persisting_l2,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
@@ -257,6 +264,8 @@ def test_the_lead_in_is_sized_to_the_sustained_load_and_absent_on_a_cpu():
     assert timer.lead_calls(500.0) == 0
     timer.device = "cuda"  # the sizing rule alone (no device needed)
     assert [timer.lead_calls(us) for us in (500.0, 1500.0, 19_999.0, 50_000.0, 5.0)] == [40, 14, 2, 1, MAX_LEAD]
+    # where the power cap is on: SETTLE_US (150 ms) of calls, at most MAX_SETTLE_LEAD
+    assert [timer.lead_calls(us, settle=True) for us in (1000.0, 583.0, 200_000.0, 5.0)] == [150, 258, 1, MAX_SETTLE_LEAD]
 
 
 class FakeNvml:
