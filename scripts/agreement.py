@@ -61,7 +61,11 @@ limit, which follows how busy the device was over the last ~100 ms. kernelflow's
 calls, and its bf16 GEMMs (10, 16) read 11-14% faster than by this procedure, eager as much as the candidate. Since
 the benchmark queues ~20 ms of the same call before each timed one (stages/timing.py SUSTAIN_US), its median is the
 sustained one. This procedure, whose calls follow each other with only its flush and a sync between, then gave the
-candidates of 10 and 16 0.966-1.035 of it, and eager 0.990-1.072 (one of five shapes beyond 5%).
+candidates of 10 and 16 0.966-1.035 of it, and eager 0.990-1.072 (one of five shapes beyond 5%). That agreement was
+partly a cancellation: interleaved, the two contenders met at one clock. Since the benchmark settles each contender's
+power state on a capped workload (~150 ms lead-ins, stages/timing.py SETTLE_US), both read alike against this
+procedure, 6-9% slower on 10, whose flush and host time between calls let the clock rise; the speedups agree
+(BENCHMARKS.md eighteenth session).
 
 A CPU run is no claim: the script refuses to run without a CUDA device, and `--render` leaves out any record not
 timed on one. `kernelbench_times_ms` takes a device so that tests can run its CPU path (perf_counter, no flush).

@@ -286,7 +286,8 @@ class Timing(Contract):
                                   "median_us the call is launch-bound, and back to back it runs at this speed, not "
                                   "at median_us")
     lead_calls: int = Field(default=0, description="untimed calls of the same contender queued before each timed "
-                            "call, so that it meets the clocks of sustained load (stages/timing.py SUSTAIN_US); 0 on a "
+                            "call, so that it meets the clocks of sustained load (stages/timing.py SUSTAIN_US; SETTLE_US "
+                            "where the power cap is on); 0 on a "
                             "CPU, and in rows timed before the lead-in (BENCHMARKS.md fifteenth session)")
     timed_sm_clock_mhz: float | None = Field(default=None, description="median SM clock read through NVML right "
                                              "after each timed call; None where not read (a CPU, no NVML)")

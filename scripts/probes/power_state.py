@@ -17,7 +17,8 @@ and per problem `stage`: kernelflow's benchmark stage (stages/benchmark.py), can
 and `sustained`: 2 s of back-to-back calls of eager on the first shape, for how fast the clock falls.
 `stage_<L>` tests a reading of BENCHMARKS.md's seventeenth session (22 gpu1): the stage interleaves its contenders, and
 with a 20 ms lead-in a call is timed partly at the power state its neighbour left; with a lead-in longer than the
-power controller's response each contender's stage median would come back to its median alone (`lead_20`).
+power controller's response each contender's stage median would come back to its median alone (`lead_20`). Measured
+(BENCHMARKS.md eighteenth session): on 22 it did; on 10 both GEMMs read 4-5% above their time alone (a deeper state).
 
 `python3 scripts/probes/power_state.py --problems 10,16 --out FILE`. Needs CUDA and NVML.
 """
