@@ -249,7 +249,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
                 _refill(sets[k], saved)
 
     # where the power cap is on (or NVML cannot tell), every lead-in settles the power state (stages/timing.py)
-    settle, dropped, device_us = timer.device == "cuda" and not timer.reads_clock, 0, {}
+    settle, device_us = timer.device == "cuda" and not timer.reads_clock, {}
     if timer.device == "cuda":
         for name in list(contenders):  # one call each sizes its first lead-in (not kept); then the median does
             if (sized := one(name, 0, 0, f"{w.name} sizing call")) is not None:
@@ -278,8 +278,8 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
             del out, timed
         rep += 1
         if cap_seen and not settle:  # the cap came on: the rounds timed so far met their neighbours' state; dropped
-            settle, dropped, first = True, rep, rep
-            for kept in (samples, tails, clocks):
+            settle, first = True, rep  # (the tails of work left running do not depend on the power state: kept)
+            for kept in (samples, clocks):
                 for v in kept.values():
                     v.clear()
             lead.update((name, timer.lead_calls(device_us[name], settle)) for name in contenders)
@@ -294,7 +294,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
         least = min((lead[n] * device_us[n] for n in contenders), default=0.0) / 1e3
         notes.append(f"{why} for {w.name}: each timed call followed at least {least:.0f} ms of its contender's own "
                      "calls (stages/timing.py SETTLE_US)" +
-                     (f"; the {dropped} rounds timed before the cap was seen were dropped" if dropped else ""))
+                     (f"; the {first} rounds timed before the cap was seen were dropped" if first else ""))
     if cand is not None and (tail := left_running(samples["candidate"], cand.tails, tails.get("eager", []))):
         raise CandidateFault("cheat", f"{w.name}: its calls left a median {tail:.1f} us of work running after their "
                              "end event (work on a side stream the timer does not see)")

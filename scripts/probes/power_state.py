@@ -19,6 +19,8 @@ and `sustained`: 2 s of back-to-back calls of eager on the first shape, for how 
 with a 20 ms lead-in a call is timed partly at the power state its neighbour left; with a lead-in longer than the
 power controller's response each contender's stage median would come back to its median alone (`lead_20`). Measured
 (BENCHMARKS.md eighteenth session): on 22 it did; on 10 both GEMMs read 4-5% above their time alone (a deeper state).
+Since then the stage settles a capped workload itself (stages/timing.py SETTLE_US, which SUSTAIN_US does not change),
+so on a capped workload `stage` and `stage_150` time the same procedure.
 
 `python3 scripts/probes/power_state.py --problems 10,16 --out FILE`. Needs CUDA and NVML.
 """
