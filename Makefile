@@ -88,7 +88,7 @@ image-cpu image-gpu: install
 	docker build -q -f containers/Dockerfile -t kernelflow-$(@:image-%=%):$(IMAGE_TAG) \
 	  --build-arg BASE_IMAGE=$(if $(filter image-cpu,$@),$(CPU_BASE) --build-arg OFFLINE=1,$(GPU_BASE)) \
 	  --build-arg TORCH="$(TORCH)" --build-arg TRITON="$(TRITON)" \
-	  --build-arg CODE_FINGERPRINT=$$($(BIN)/python -c "from stages.docker_executor import code_fingerprint as f; print(f())") .
+	  --build-arg CODE_FINGERPRINT=$$($(BIN)/python -c "from kernelflow.stages.executors.docker import code_fingerprint as f; print(f())") .
 
 base-image:
 	docker image inspect $(OFFLINE_BASE) > /dev/null 2>&1 || containers/base-image.sh $(OFFLINE_BASE)

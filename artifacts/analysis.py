@@ -1,7 +1,7 @@
 """Offline analysis: the artifact tables as pandas frames over one run or many, and the joined frames the report
-(kernelflow/report.py) plots. Everything here reads the store only; nothing needs a GPU, torch or Prefect.
+(artifacts/report.py) plots. Everything here reads the store only; nothing needs a GPU, torch or Prefect.
 
-    from artifacts.analysis import load, candidates
+    from kernelflow.artifacts.analysis import load, candidates
     frame = candidates(Store("runs"), ["20261130T005611-01_softmax-1e659d"])   # one row per candidate
 
 `duckdb(store)` opens the same tables as duckdb views (the optional `analysis` extra) for SQL across runs.
@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from artifacts.store import TABLES, Store
-from stages.errors import KernelflowError
+from kernelflow.artifacts.store import TABLES, Store
+from kernelflow.stages.errors import KernelflowError
 
 COLUMNS = ["run_id", "problem_id", "candidate_id", "index", "backend", "proposer", "params", "compiled", "verified",
            "speedup_vs_eager", "speedup_vs_compile", "faster_than_eager", "competes", "best_so_far", "reason"]
@@ -42,7 +42,7 @@ def resolve(store: Store, runs: Sequence[str] = (), campaign: str | None = None)
     """Run ids from the command line: ids, 'latest' (the last started run), or a campaign: 'all' (every run in the
     store), a campaign id (the runs the campaign flow recorded, artifacts/campaigns.py) or comma-separated run ids.
     Unknown ids raise with the list of known ones."""
-    from artifacts.campaigns import campaigns, run_ids
+    from kernelflow.artifacts.campaigns import campaigns, run_ids
 
     known = load(store, "runs")
     ids = list(known.run_id) if not known.empty else []

@@ -12,8 +12,8 @@ from typing import Literal
 import pandas as pd
 from pydantic import Field
 
-from artifacts.store import Store
-from stages.contracts import Contract
+from kernelflow.artifacts.store import Store
+from kernelflow.stages.contracts import Contract
 
 CAMPAIGN_ID = re.compile(r"\d{8}T\d{6}-(.+)-[0-9a-f]{6}")  # <UTC start time>-<suite>-<6 hex>; group 1: the suite
 Verdict = Literal["ok", "slower", "broken", "not_checked"]

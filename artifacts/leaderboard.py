@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from artifacts.store import Store
-from artifacts.winner import BASELINE_NAMES, winner
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.winner import BASELINE_NAMES, winner
 
 COLUMNS = ["rank", "candidate_id", "proposer", "params", "status", "speedup_vs_eager", "speedup_vs_compile",
            "median_us", "reason"]

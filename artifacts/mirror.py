@@ -20,8 +20,8 @@ import time
 import warnings
 from pathlib import Path
 
-from artifacts.s3 import S3Remote
-from stages.errors import StoreUnavailable
+from kernelflow.artifacts.s3 import S3Remote
+from kernelflow.stages.errors import StoreUnavailable
 
 
 class MirrorWarning(UserWarning):

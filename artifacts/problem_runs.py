@@ -10,8 +10,8 @@ from collections import defaultdict
 
 from pydantic import Field
 
-from artifacts.store import Store
-from stages.contracts import Contract
+from kernelflow.artifacts.store import Store
+from kernelflow.stages.contracts import Contract
 
 TABLE = "problem_runs"
 COMPLETE = "@complete"  # its row says the index holds every run; no problem's partition has an "@"

@@ -24,7 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as EndpointDown
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-from stages.errors import StoreUnavailable
+from kernelflow.stages.errors import StoreUnavailable
 
 T = TypeVar("T")
 THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded",

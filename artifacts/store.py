@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from pydantic import BaseModel
 
-from artifacts import tables
-from artifacts.blobs import blob_path
-from stages.contracts import BenchmarkResult
+from kernelflow.artifacts import tables
+from kernelflow.artifacts.blobs import blob_path
+from kernelflow.stages.contracts import BenchmarkResult
 
 if TYPE_CHECKING:
-    from artifacts.mirror import Mirror
+    from kernelflow.artifacts.mirror import Mirror
 
 TABLES = ("runs", "problems", "candidates", "compiles", "verifications", "benchmarks", "timings", "baselines",
           "profiles", "feedback", "llm_calls", "search_state", "rungs", "campaigns", "campaign_problems",
@@ -39,8 +39,8 @@ class Store:
         root = str(root or os.environ.get("KERNELFLOW_STORE") or "runs")
         self.mirror: Mirror | None = None
         if root.startswith("s3://"):
-            from artifacts.mirror import Mirror  # boto3 only for S3 stores
-            from artifacts.s3 import S3Remote
+            from kernelflow.artifacts.mirror import Mirror  # boto3 only for S3 stores
+            from kernelflow.artifacts.s3 import S3Remote
 
             remote = S3Remote(root)
             self.location = remote.url

@@ -16,8 +16,8 @@ import math
 import pandas as pd
 from pydantic import BaseModel
 
-from artifacts.store import Store
-from stages.instantiate import BASELINE_LABELS
+from kernelflow.artifacts.store import Store
+from kernelflow.stages.contracts import BASELINE_LABELS
 
 BASELINE_NAMES = BASELINE_LABELS  # compile_max is timed only on request (bench_gpu --max-autotune), never a seed
 

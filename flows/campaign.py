@@ -28,8 +28,8 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from artifacts.blobs import put_text
-from artifacts.campaigns import (
+from kernelflow.artifacts.blobs import put_text
+from kernelflow.artifacts.campaigns import (
     CampaignProblem,
     CampaignRecord,
     board,
@@ -39,13 +39,13 @@ from artifacts.campaigns import (
     previous,
     run_ids,
 )
-from artifacts.store import Store
-from flows.dispatch import Done, Job, deployments, local
-from flows.regression import check
-from flows.run import new_run_id
-from flows.suite import Entry, Suite, load_suite
-from stages.problem import problem_id
-from stages.provenance import code_version
+from kernelflow.artifacts.store import Store
+from kernelflow.flows.dispatch import Done, Job, deployments, local
+from kernelflow.flows.regression import check
+from kernelflow.flows.run import new_run_id
+from kernelflow.flows.suite import Entry, Suite, load_suite
+from kernelflow.stages.measure.provenance import code_version
+from kernelflow.stages.problems.kernelbench import problem_id
 
 
 def _now() -> str:
@@ -152,7 +152,7 @@ def close(store: Store, record: CampaignRecord, finished: list[CampaignProblem])
     ids = run_ids(store, record.campaign_id)
     blobs, report_path = dict(record.blobs), None
     if ids:
-        from kernelflow.report import report
+        from kernelflow.artifacts.report import report
 
         html = report(store, ids)
         path = store.root / "reports" / f"{record.campaign_id}.html"

@@ -21,8 +21,8 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from flows.suite import Dispatch, Entry
-from stages.errors import KernelflowError
+from kernelflow.flows.suite import Dispatch, Entry
+from kernelflow.stages.errors import KernelflowError
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun
@@ -48,7 +48,7 @@ class Done:
 
 def local(jobs: Sequence[Job], done: Callable[[Done], None]) -> None:
     """Each job as a subflow of the calling flow, in order; a failing one is a Done like any other."""
-    from flows.optimize import optimize
+    from kernelflow.flows.optimize import optimize
 
     for job in jobs:
         state = optimize.with_options(flow_run_name=job.flow_run_name)(**job.parameters, return_state=True)

@@ -18,19 +18,26 @@ import torch
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from artifacts.leaderboard import leaderboard, render
-from artifacts.store import Store
-from flows.resume import last_best, restore
-from flows.run import Run, baseline_only, checked_run_id, evaluate, profile_baselines, profile_promoted
-from flows.search import STRATEGIES
-from flows.search.protocol import Budgets, search
-from stages import defaults
-from stages.contracts import Backend, Baseline, Device, Policy, SizeSet
-from stages.errors import KernelflowError, StopSearch
-from stages.executor import Mode
-from stages.problem import load_problem
-from stages.profiling_policy import ProfilingPolicy
-from stages.sol_target import floors
+from kernelflow.artifacts.leaderboard import leaderboard, render
+from kernelflow.artifacts.store import Store
+from kernelflow.flows.resume import last_best, restore
+from kernelflow.flows.run import (
+    Run,
+    baseline_only,
+    checked_run_id,
+    evaluate,
+    profile_baselines,
+    profile_promoted,
+)
+from kernelflow.flows.search import STRATEGIES
+from kernelflow.flows.search.protocol import Budgets, search
+from kernelflow.stages.contracts import Backend, Baseline, Device, Policy, SizeSet
+from kernelflow.stages.errors import KernelflowError, StopSearch
+from kernelflow.stages.executors.run import Mode
+from kernelflow.stages.measure.profiling_policy import ProfilingPolicy
+from kernelflow.stages.measure.sol_target import floors
+from kernelflow.stages.problems import defaults
+from kernelflow.stages.problems.kernelbench import load_problem
 
 
 @flow(name="optimize", log_prints=True)

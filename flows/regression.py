@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from artifacts.campaigns import Verdict
-from artifacts.store import Store
-from artifacts.tables import model_of
-from flows.search.ladder import geomean_on, per_workload
-from stages.contracts import BenchmarkResult
+from kernelflow.artifacts.campaigns import Verdict
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.tables import model_of
+from kernelflow.flows.search.ladder import geomean_on, per_workload
+from kernelflow.stages.contracts import BenchmarkResult
 
 
 @dataclass(frozen=True)

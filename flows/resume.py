@@ -20,11 +20,11 @@ from typing import Literal
 
 import pandas as pd
 
-from artifacts.problem_runs import runs_of
-from artifacts.store import Store
-from artifacts.tables import model_of
-from flows.run import Run
-from stages.contracts import (
+from kernelflow.artifacts.problem_runs import runs_of
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.tables import model_of
+from kernelflow.flows.run import Run
+from kernelflow.stages.contracts import (
     Action,
     Candidate,
     CompileResult,

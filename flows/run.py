@@ -18,13 +18,19 @@ from prefect import runtime
 from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from artifacts.blobs import get_bytes
-from artifacts.problem_runs import index
-from artifacts.store import Store
-from artifacts.winner import winner
-from flows.tasks import benchmark_task, compile_task, generate_task, profile_task, refine_task, verify_task
-from stages import defaults
-from stages.contracts import (
+from kernelflow.artifacts.blobs import get_bytes
+from kernelflow.artifacts.problem_runs import index
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.winner import winner
+from kernelflow.flows.tasks import (
+    benchmark_task,
+    compile_task,
+    generate_task,
+    profile_task,
+    refine_task,
+    verify_task,
+)
+from kernelflow.stages.contracts import (
     Action,
     Backend,
     Baseline,
@@ -45,14 +51,16 @@ from stages.contracts import (
     VerifyRequest,
     VerifyResult,
 )
-from stages.errors import KernelflowError, StopSearch
-from stages.executor import Mode
-from stages.llm.client import LLMBudget
-from stages.objective import weakest
-from stages.profiling_policy import ProfilingPolicy, should_profile, structure
-from stages.provenance import code_version
-from stages.refine import RefineRequest, evidence
-from stages.sol_target import fraction
+from kernelflow.stages.errors import KernelflowError, StopSearch
+from kernelflow.stages.executors.run import Mode
+from kernelflow.stages.llm.client import LLMBudget
+from kernelflow.stages.measure.objective import weakest
+from kernelflow.stages.measure.profiling_policy import ProfilingPolicy, should_profile, structure
+from kernelflow.stages.measure.provenance import code_version
+from kernelflow.stages.measure.sol_target import fraction
+from kernelflow.stages.measure.tools import evidence
+from kernelflow.stages.problems import defaults
+from kernelflow.stages.refine import RefineRequest
 
 MAX_BARREN = 3  # proposals in a row without a usable candidate (LLM replies with no code) before stopping
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")  # a run id: a partition's and a work directory's name

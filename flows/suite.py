@@ -15,7 +15,7 @@ deployment). suites/nightly.yaml is an example; docs/CAMPAIGNS.md describes ever
 A suite never holds a key: the LLM endpoint and key come from the environment of the process that runs the
 proposer (OPENAI_BASE_URL, OPENAI_API_KEY or KERNELFLOW_LLM_SECRET_BLOCK), as for `kernelflow optimize`.
 A SOL-ExecBench definition (a folder with definition.json and workload.jsonl, named by `solexec:` or by `problem:`)
-is translated into a problem module first (stages/solexec.py); optimize then runs it like any other problem file.
+is translated into a problem module first (stages/problems/solexec.py); optimize then runs it like any other problem file.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from stages.contracts import Backend, Baseline, Contract, Device, SizeSet, sha256_text
-from stages.docker_executor import Docker
-from stages.errors import KernelflowError
-from stages.executor import Mode
+from kernelflow.stages.contracts import Backend, Baseline, Contract, Device, SizeSet, sha256_text
+from kernelflow.stages.errors import KernelflowError
+from kernelflow.stages.executors.docker import Docker
+from kernelflow.stages.executors.run import Mode
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = PROJECT_ROOT / "problems"
@@ -67,7 +67,7 @@ class Settings(Contract):
     @field_validator("strategy")
     @classmethod
     def _known_strategy(cls, value: str | None) -> str | None:
-        from flows.search import STRATEGIES
+        from kernelflow.flows.search import STRATEGIES
 
         if value is not None and value not in STRATEGIES:
             raise ValueError(f"unknown strategy {value!r}; known: {', '.join(sorted(STRATEGIES))}")
@@ -76,7 +76,7 @@ class Settings(Contract):
     @field_validator("proposer")
     @classmethod
     def _known_proposer(cls, value: str | None) -> str | None:
-        from stages.proposers import PROPOSERS
+        from kernelflow.stages.proposers import PROPOSERS
 
         if value is not None and value not in PROPOSERS:
             raise ValueError(f"unknown proposer {value!r}; known: {', '.join(sorted(PROPOSERS))}")
@@ -186,9 +186,9 @@ class Suite(Contract):
 
     def problem_path(self, entry: Entry) -> str:
         """The entry's problem file: a path relative to the suite file, the working directory or the project; a
-        stem in problems/; a SOL-ExecBench definition's translated module (stages/solexec.py). Unresolved or broken,
+        stem in problems/; a SOL-ExecBench definition's translated module (stages/problems/solexec.py). Unresolved or broken,
         a file that fails to load with the reason, as the entry's own failure."""
-        from stages.solexec import is_definition, resolve
+        from kernelflow.stages.problems.solexec import is_definition, resolve
 
         given = Path(entry.solexec or entry.problem)
         bases = [Path(self.path).parent if self.path else Path.cwd(), Path.cwd(), PROJECT_ROOT]

@@ -16,10 +16,10 @@ import torch
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from flows.gpu_lock import gpu_lock
-from stages import generate, refine
-from stages.backends import toolchain
-from stages.contracts import (
+from kernelflow.flows.gpu_lock import gpu_lock
+from kernelflow.stages import generate, refine
+from kernelflow.stages.backends import toolchain
+from kernelflow.stages.contracts import (
     BenchmarkRequest,
     BenchmarkResult,
     CompileRequest,
@@ -32,9 +32,9 @@ from stages.contracts import (
     VerifyRequest,
     VerifyResult,
 )
-from stages.errors import InfrastructureError
-from stages.executor import Mode, run_stage
-from stages.refine import RefineRequest
+from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors.run import Mode, run_stage
+from kernelflow.stages.refine import RefineRequest
 
 
 def infrastructure_only(task: Any, task_run: Any, state: Any) -> bool:
@@ -66,7 +66,7 @@ def compile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
 @cache
 def profiler_fingerprint() -> str:
     """The GPU and the profiler a profile depends on."""
-    from stages.ncu import find_ncu, ncu_version
+    from kernelflow.stages.measure.ncu import find_ncu, ncu_version
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     ncu = find_ncu()

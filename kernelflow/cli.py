@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, cast
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 if TYPE_CHECKING:
-    from stages.contracts import Device
-    from stages.executor import Mode
+    from kernelflow.stages.contracts import Device
+    from kernelflow.stages.executors.run import Mode
 
 
 def _default_device() -> Device:
@@ -24,9 +24,9 @@ def _default_device() -> Device:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from stages.errors import ProblemError
-    from stages.problem import check_runs, load_problem
-    from stages.solexec import is_definition, resolve
+    from kernelflow.stages.errors import ProblemError
+    from kernelflow.stages.problems.kernelbench import check_runs, load_problem
+    from kernelflow.stages.problems.solexec import is_definition, resolve
 
     def expand(arg: Path) -> list[Path]:  # a directory: its .py files and SOL-ExecBench definition folders
         if not arg.is_dir() or is_definition(arg):
@@ -48,23 +48,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
-    from stages.peaks import KNOWN_PEAKS
-    from stages.roofline import main as roofline
+    from kernelflow.stages.measure.peaks import KNOWN_PEAKS
+    from kernelflow.stages.measure.roofline import main as roofline
 
     if args.gpu not in KNOWN_PEAKS:
         print(f"no ceilings known for {args.gpu!r}; known: {', '.join(KNOWN_PEAKS)}", file=sys.stderr)
         return 1
-    from stages.solexec import resolve
+    from kernelflow.stages.problems.solexec import resolve
 
     return roofline([resolve(p, deferred=True) for p in args.paths], gpu=args.gpu)
 
 
 def _judge(args: argparse.Namespace, timed: bool) -> int:
-    from artifacts.problem_runs import index
-    from artifacts.store import Store
-    from stages import defaults
-    from stages.candidate import backend_of
-    from stages.contracts import (
+    from kernelflow.artifacts.problem_runs import index
+    from kernelflow.artifacts.store import Store
+    from kernelflow.stages.contracts import (
         BenchmarkRequest,
         BenchmarkResult,
         Candidate,
@@ -72,9 +70,11 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
         Origin,
         VerifyRequest,
     )
-    from stages.executor import run_stage
-    from stages.problem import load_problem
-    from stages.solexec import resolve
+    from kernelflow.stages.executors.run import run_stage
+    from kernelflow.stages.harness.candidate import backend_of
+    from kernelflow.stages.problems import defaults
+    from kernelflow.stages.problems.kernelbench import load_problem
+    from kernelflow.stages.problems.solexec import resolve
 
     mode = _executor(args)
     problem = load_problem(resolve(args.problem))
@@ -126,8 +126,8 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from artifacts.leaderboard import baselines, leaderboard, render
-    from artifacts.store import Store
+    from kernelflow.artifacts.leaderboard import baselines, leaderboard, render
+    from kernelflow.artifacts.store import Store
 
     store = Store(args.store)
     runs = store.runs()
@@ -156,10 +156,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from artifacts.analysis import resolve
-    from artifacts.store import Store
-    from kernelflow.report import report
-    from stages.errors import KernelflowError
+    from kernelflow.artifacts.analysis import resolve
+    from kernelflow.artifacts.report import report
+    from kernelflow.artifacts.store import Store
+    from kernelflow.stages.errors import KernelflowError
 
     store = Store(args.store)
     try:
@@ -175,7 +175,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_flush(args: argparse.Namespace) -> int:
     """Opening an S3 store already tries its spool (the uploads an unreachable S3 left pending): report what is left."""
-    from artifacts.store import Store
+    from kernelflow.artifacts.store import Store
 
     store = Store(args.store)
     left = store.mirror.pending() if store.mirror else []
@@ -185,7 +185,7 @@ def cmd_flush(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from artifacts.store import Store
+    from kernelflow.artifacts.store import Store
     from kernelflow.export import ExportError, export
 
     try:
@@ -203,7 +203,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _policy(pairs: list[str] | None) -> dict | None:
     """--policy allow_vendor_libraries=false ... as Policy fields (booleans: true/false)."""
-    from stages.contracts import Policy
+    from kernelflow.stages.contracts import Policy
 
     out: dict = {}
     for pair in pairs or []:
@@ -215,8 +215,8 @@ def _policy(pairs: list[str] | None) -> dict | None:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from flows.optimize import main as optimize
-    from stages.solexec import resolve
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.stages.problems.solexec import resolve
 
     summary = optimize(resolve(args.problem), budget=args.budget, store=args.store, device=args.device,
                        sizes=args.sizes, proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
@@ -231,8 +231,8 @@ def cmd_optimize(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
-    from flows.campaign import campaign
-    from flows.suite import SuiteError, load_suite
+    from kernelflow.flows.campaign import campaign
+    from kernelflow.flows.suite import SuiteError, load_suite
 
     try:
         load_suite(args.suite)  # say what is wrong with the file before Prefect starts
@@ -280,7 +280,7 @@ def executor_options(sp: argparse.ArgumentParser) -> None:
 
 
 def _executor(args: argparse.Namespace) -> Mode:
-    from stages.docker_executor import Docker
+    from kernelflow.stages.executors.docker import Docker
 
     if args.executor != "docker":
         if args.image:
@@ -337,7 +337,7 @@ def parser() -> argparse.ArgumentParser:
     v.set_defaults(fn=cmd_validate)
     rf = pr.add_parser("roofline", help="counted work, SOL floor and bottleneck class per GPU shape")
     rf.add_argument("paths", nargs="+")
-    rf.add_argument("--gpu", default="NVIDIA H200", help="ceilings of this GPU (stages/peaks.py)")
+    rf.add_argument("--gpu", default="NVIDIA H200", help="ceilings of this GPU (stages/measure/peaks.py)")
     rf.set_defaults(fn=cmd_roofline)
     for name, timed in (("verify", False), ("bench", True)):
         sp = sub.add_parser(name, help=f"{'verify and time' if timed else 'verify'} your own ModelNew file")

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from stages.errors import KernelflowError
+from kernelflow.stages.errors import KernelflowError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 INFRA = PROJECT_ROOT / "infra"
@@ -107,8 +107,8 @@ def serve(suite_path: str, cron: str = NIGHTLY_CRON, timezone: str = "UTC", name
     """Serve the campaign flow over one suite on a cron schedule, in this process, until interrupted."""
     from prefect.schedules import Cron
 
-    from flows.campaign import campaign
-    from flows.suite import load_suite
+    from kernelflow.flows.campaign import campaign
+    from kernelflow.flows.suite import load_suite
 
     suite = load_suite(suite_path)  # refuse a broken suite now, not at 2 am
     parameters: dict[str, Any] = {"suite_path": suite.path}

@@ -32,13 +32,13 @@ import pandas as pd
 import torch
 from pydantic import BaseModel
 
-from artifacts.problem_runs import runs_of
-from artifacts.store import Store
-from artifacts.tables import model_of
-from artifacts.winner import Winner, winner
-from stages.contracts import BenchmarkResult, Candidate, CompileResult, Problem, VerifyResult
-from stages.errors import KernelflowError
-from stages.problem import import_file, load_problem, workload_call
+from kernelflow.artifacts.problem_runs import runs_of
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.tables import model_of
+from kernelflow.artifacts.winner import Winner, winner
+from kernelflow.stages.contracts import BenchmarkResult, Candidate, CompileResult, Problem, VerifyResult
+from kernelflow.stages.errors import KernelflowError
+from kernelflow.stages.problems.kernelbench import import_file, load_problem, workload_call
 
 OP_SOURCE = Path(__file__).with_name("export_op.py")
 REPLAY_SOURCE = Path(__file__).with_name("export_replay.py")

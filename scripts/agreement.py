@@ -59,11 +59,11 @@ those where it outlasted the flush in 99-100% of trials.
 What decides it for a power-limited kernel (BENCHMARKS.md fifteenth session): the SM clock under the board's power
 limit, which follows how busy the device was over the last ~100 ms. kernelflow's timer left the device idle between
 calls, and its bf16 GEMMs (10, 16) read 11-14% faster than by this procedure, eager as much as the candidate. Since
-the benchmark queues ~20 ms of the same call before each timed one (stages/timing.py SUSTAIN_US), its median is the
+the benchmark queues ~20 ms of the same call before each timed one (stages/measure/timing.py SUSTAIN_US), its median is the
 sustained one. This procedure, whose calls follow each other with only its flush and a sync between, then gave the
 candidates of 10 and 16 0.966-1.035 of it, and eager 0.990-1.072 (one of five shapes beyond 5%). That agreement was
 partly a cancellation: interleaved, the two contenders met at one clock. Since the benchmark settles each contender's
-power state on a capped workload (~150 ms lead-ins, stages/timing.py SETTLE_US), both read alike against this
+power state on a capped workload (~150 ms lead-ins, stages/measure/timing.py SETTLE_US), both read alike against this
 procedure, 6-9% slower on 10, whose flush and host time between calls let the clock rise; the speedups agree
 (BENCHMARKS.md eighteenth session).
 
@@ -106,7 +106,7 @@ CAUSES = {"host path": "the launch cover brings it within ±5%, eager agrees",
                          "KernelBench's passes, the way the times differ",
           "unexplained": "none of these"}  # cause()'s verdicts, as the table names them
 CLOCK_GAP = 0.02  # kernelflow's median timed SM clock against KernelBench's, relative
-COVER_DIAG_US = 300.0  # the `kb_covered` diagnostic's device spin after the flush (stages/timing.py COVER_US)
+COVER_DIAG_US = 300.0  # the `kb_covered` diagnostic's device spin after the flush (stages/measure/timing.py COVER_US)
 FINAL = ("ok", "failed")  # what --skip-done skips; "timeout" and "error" (infrastructure) are tried again
 
 
@@ -117,7 +117,7 @@ def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, w
     """Per-call times in ms by KernelBench's cuda_event procedure (module doc); autograd stays on, as in its eval,
     unless `no_grad`. On CPU (tests only): the same warm-ups, trials and discard, timed by perf_counter, no flush.
     `cover_us` > 0 is not KernelBench's procedure but a diagnostic: the device spins that long after the flush, as
-    kernelflow's timer does (stages/timing.py COVER_US), so the host's launch path is no longer timed. `host_us`, a
+    kernelflow's timer does (stages/measure/timing.py COVER_US), so the host's launch path is no longer timed. `host_us`, a
     list, gets each kept CUDA trial's host time from the flush's launch returning to the call returning (two
     perf_counter reads, ~0.1 us, not on the device's path): the call is timed beyond its kernels when that outlasts
     the flush on the device (`flush_device_us`)."""
@@ -126,7 +126,7 @@ def kernelbench_times_ms(fn: Callable[..., Any], args: list[Any], device: str, w
     cuda = device == "cuda"
     cover_cycles = 0
     if cuda and cover_us > 0:
-        from stages.timing import _cycles_per_us
+        from kernelflow.stages.measure.timing import _cycles_per_us
 
         cover_cycles = int(cover_us * _cycles_per_us())
     times: list[float] = []
@@ -266,13 +266,13 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
     import torch
     from bench_gpu import rebuild
 
-    from artifacts.store import Store
+    from kernelflow.artifacts.store import Store
     from kernelflow.export import export
-    from stages import benchmark, verify
-    from stages.contracts import BenchmarkRequest, SizeSet, VerifyRequest
-    from stages.inputs import draw, trial_seed
-    from stages.instantiate import build, set_precision
-    from stages.problem import import_problem, load_problem
+    from kernelflow.stages import benchmark, verify
+    from kernelflow.stages.contracts import BenchmarkRequest, SizeSet, VerifyRequest
+    from kernelflow.stages.harness.instantiate import build, set_precision
+    from kernelflow.stages.problems.inputs import draw, trial_seed
+    from kernelflow.stages.problems.kernelbench import import_problem, load_problem
 
     started = time.monotonic()
     sizes: SizeSet = "gpu" if device == "cuda" else "cpu"
@@ -472,7 +472,7 @@ def cause(cell: dict[str, Any]) -> str | None:
         return "host path"
     if not e["agree"] and agrees(e["ratio_median"] / c["ratio_median"]):
         return "machine state"
-    from stages.contracts import POWER_LIMITED_SHARE  # as the benchmark's note counts it
+    from kernelflow.stages.contracts import POWER_LIMITED_SHARE  # as the benchmark's note counts it
 
     kf_mhz, capped = c["kf"].get("timed_sm_clock_mhz"), c["kf"].get("power_capped_share")
     kb_mhz = [m for m in (c.get("sm_clock_mhz") or [])[1:] if m]  # between and after the passes

@@ -9,7 +9,7 @@ profiles and feedback tables for the best candidate and the baselines: class, to
 rebuilt from its family and parameters (its id must match the one benchmarked, else the entry says so), compiled,
 then the candidate, eager and torch.compile are each profiled (stages/profile.py: time, NVML energy, Nsight
 Compute counters) and refined, one at a time, in stage processes. Each profile is also kept as a small JSON file
-(bench/profiles/<problem>.<contender>.json, stages/captured.py) so that `--rerefine` re-derives the cells with
+(bench/profiles/<problem>.<contender>.json, stages/measure/captured.py) so that `--rerefine` re-derives the cells with
 the current tools, offline.
 
 Profiles are taken on the problem's first GPU workload unless `--workload` names another: a workload name (gpu2; a
@@ -44,11 +44,11 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 from chunk import Chunk  # noqa: E402
 
-from artifacts.leaderboard import leaderboard  # noqa: E402
-from artifacts.store import Store  # noqa: E402
+from kernelflow.artifacts.leaderboard import leaderboard  # noqa: E402
+from kernelflow.artifacts.store import Store  # noqa: E402
 
 if TYPE_CHECKING:
-    from stages.contracts import Baseline, Candidate, Problem
+    from kernelflow.stages.contracts import Baseline, Candidate, Problem
 
 
 def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict:
@@ -62,7 +62,7 @@ def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict
                  "n_candidates": int(record["n_candidates"]), "n_verified": int(record["n_verified"]),
                  "wall_s": round(wall_s, 1), "best": best, "workloads": {},
                  "winner_note": record.get("winner_note") if isinstance(record.get("winner_note"), str) else None,
-                 "compile_specialized": True}  # torch.compile per shape (stages/instantiate.py baseline, 2026-12-01)
+                 "compile_specialized": True}  # torch.compile per shape (stages/harness/instantiate.py baseline, 2026-12-01)
     if not bench.empty:
         out["gpu_s_benchmark"] = round(float(bench.duration_s.sum()), 1)
     if best and not bench.empty:
@@ -127,10 +127,10 @@ def profile_only(args: argparse.Namespace) -> None:
     """Profiles for results that lack them, on the workload --workload picks (see the module doc)."""
     import torch
 
-    from stages import captured
-    from stages.contracts import CompileRequest, ProfileRequest
-    from stages.executor import run_stage
-    from stages.problem import load_problem
+    from kernelflow.stages.contracts import CompileRequest, ProfileRequest
+    from kernelflow.stages.executors.run import run_stage
+    from kernelflow.stages.measure import captured
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None  # None: a CPU dry run
     work = Path(args.store) / "profile-only"
@@ -190,7 +190,7 @@ def worst_workload(result: dict) -> tuple[str, float] | None:
     specialized (the search's own medians of torch.compile were shape-generic after the first shape before
     2026-12-01). Workloads lacking any of the three medians are left out; None when none is left (no workloads, or
     no candidate timed). A tie goes to the first workload by name."""
-    from stages.objective import weakest
+    from kernelflow.stages.measure.objective import weakest
 
     tuned = result.get("max_autotune") or {}
     timed = tuned["workloads"] if tuned.get("specialized") and tuned.get("workloads") else result.get("workloads", {})
@@ -249,10 +249,10 @@ def pending(args: argparse.Namespace, key: str | Callable[[str, dict], dict | No
 def rebuild(problem: Problem, data: dict) -> Candidate | None:
     """The benchmarked best candidate, rendered again from its family and parameters (None without one); its id
     is recorded as rebuilt_candidate_id, equal to data["best"] unless the template changed since."""
-    from stages.contracts import Candidate, Origin
-    from stages.problem import import_problem
-    from stages.templates import TEMPLATES
-    from stages.templates.lowering import trace
+    from kernelflow.stages.contracts import Candidate, Origin
+    from kernelflow.stages.problems.kernelbench import import_problem
+    from kernelflow.stages.templates import TEMPLATES
+    from kernelflow.stages.templates.lowering import trace
 
     if not data.get("best_origin"):
         return None
@@ -269,7 +269,7 @@ TUNED: list[Baseline] = ["eager", "compile", "compile_max", "compile_max_nocg"]
 
 def tuned_all(cell: dict) -> bool:
     """A max-autotune cell that timed every contender of TUNED, torch.compile specialized to each shape. Earlier
-    ones lack the no-cudagraphs mode, or timed shape-generic code after the first shape (stages/instantiate.py
+    ones lack the no-cudagraphs mode, or timed shape-generic code after the first shape (stages/harness/instantiate.py
     baseline: before 2026-12-01); those, failed ones included, are timed again."""
     return bool(cell.get("specialized")) and (
         cell["status"] != "ok" or all("compile_max_nocg" in t for t in cell["workloads"].values()))
@@ -278,9 +278,9 @@ def tuned_all(cell: dict) -> bool:
 def max_autotune(args: argparse.Namespace) -> None:
     """The best candidate beside eager and torch.compile in its three modes (TUNED) in one benchmark process, for
     results that lack it; max-autotune's compile and autotuning count against --autotune-timeout."""
-    from stages.contracts import BenchmarkRequest
-    from stages.executor import run_stage
-    from stages.problem import load_problem
+    from kernelflow.stages.contracts import BenchmarkRequest
+    from kernelflow.stages.executors.run import run_stage
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     work = Path(args.store) / "max-autotune"
     for dest, data in pending(args, "max_autotune", tuned_all):
@@ -321,7 +321,7 @@ GENERIC = " (torch.compile shape-generic after the first shape)"  # a cell timed
 
 
 def sidecar(results: Path, problem: str, contender: str, slot: str | None = None) -> Path:
-    """Where --profile-only keeps a profile for offline re-refinement (stages/captured.py's format): slot None for
+    """Where --profile-only keeps a profile for offline re-refinement (stages/measure/captured.py's format): slot None for
     the problem's first GPU workload (<problem>.<contender>.json), else the workload, named in the file."""
     name = f"{problem}.{contender}.json" if slot is None else f"{problem}.{slot}.{contender}.json"
     return results.parent / "profiles" / name
@@ -340,7 +340,8 @@ def sidecars(results: Path, problem: str) -> dict[str | None, dict[str, Path]]:
 
 def cell_of(record: Path) -> dict:
     """A profile cell from a captured profile: refine runs here, as the flow runs it."""
-    from stages import captured, refine
+    from kernelflow.stages import refine
+    from kernelflow.stages.measure import captured
 
     data, ev = captured.load(record)
     profile = ev.profile
@@ -351,7 +352,7 @@ def cell_of(record: Path) -> dict:
 
 
 def captured_id(record: Path) -> str:
-    from stages import captured
+    from kernelflow.stages.measure import captured
 
     return captured.load(record)[1].candidate_id
 
@@ -382,7 +383,7 @@ def selected(paths: list[Path], only: str | None) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
@@ -415,9 +416,9 @@ def ratio(t: dict, baseline: str) -> str:
 
 def sol_floors(problem_id: str, gpu: str) -> dict[str, float]:
     """Analytic SOL floor per GPU workload (counted work over the machine's ceilings); empty if unknown GPU."""
-    from stages.peaks import peaks_for
-    from stages.problem import load_problem
-    from stages.roofline import count_work, sol_floor_us
+    from kernelflow.stages.measure.ceilings import peaks_for
+    from kernelflow.stages.measure.roofline import count_work, sol_floor_us
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     peaks = peaks_for(gpu)
     if peaks is None:
@@ -428,7 +429,7 @@ def sol_floors(problem_id: str, gpu: str) -> dict[str, float]:
 
 GENERIC_MARK = " †"
 GENERIC_NOTE = ("† timed before 2026-12-01: torch.compile ran shape-generic code on every workload after the "
-                "problem's first (stages/instantiate.py baseline), so x torch.compile is biased for the candidate there")
+                "problem's first (stages/harness/instantiate.py baseline), so x torch.compile is biased for the candidate there")
 
 
 def problem_label(r: dict) -> str:

@@ -30,7 +30,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import pandas as pd  # noqa: E402
 
-from artifacts.store import Store  # noqa: E402
+from kernelflow.artifacts.store import Store  # noqa: E402
 
 PROBLEMS = "01_softmax,03_layernorm,09_silu,17_elementwise_chain,20_mse_loss"
 TOLERANCE = 0.03  # a best within 3% of greedy's counts as reaching it (the ladder's noise floor)
@@ -81,8 +81,8 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flows.optimize import main as optimize
-    from flows.search import STRATEGIES
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.search import STRATEGIES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--problems", default=PROBLEMS, help="comma list of problems/ stems")

@@ -3,7 +3,7 @@
 three suite problems. Per entry: compile (binaries for the tools), verify (cpu and gpu sizes), profile (time,
 energy, ncu counters), then refine; writes <name>.compile.json, .verify.json, .profile.json and .feedback.json
 under the output dir, and prints a summary table last (also summary.json). <name>.fixture.json is the small file
-the CPU tests read (tests/fixtures/ncu/h200/, tests/test_h200_fixtures.py; format in stages/captured.py).
+the CPU tests read (tests/fixtures/ncu/h200/, tests/test_h200_fixtures.py; format in stages/measure/captured.py).
 
 Run from the repo root on the GPU machine (PYTHONPATH set so `stages` imports):
     python scripts/capture_ncu_fixtures.py --out "$OUT" --max-minutes 8
@@ -24,9 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stages import captured, defaults, refine  # noqa: E402
-from stages.candidate import backend_of  # noqa: E402
-from stages.contracts import (  # noqa: E402
+from kernelflow.stages import refine  # noqa: E402
+from kernelflow.stages.contracts import (  # noqa: E402
     Candidate,
     CompileRequest,
     GenerateRequest,
@@ -35,10 +34,13 @@ from stages.contracts import (  # noqa: E402
     ProfileRequest,
     VerifyRequest,
 )
-from stages.executor import run_stage  # noqa: E402
-from stages.problem import load_problem  # noqa: E402
-from stages.proposers import builtin  # noqa: E402
-from stages.tools import TOOLS  # noqa: E402
+from kernelflow.stages.executors.run import run_stage  # noqa: E402
+from kernelflow.stages.harness.candidate import backend_of  # noqa: E402
+from kernelflow.stages.measure import captured, tools  # noqa: E402
+from kernelflow.stages.measure.tools import TOOLS  # noqa: E402
+from kernelflow.stages.problems import defaults  # noqa: E402
+from kernelflow.stages.problems.kernelbench import load_problem  # noqa: E402
+from kernelflow.stages.proposers import builtin  # noqa: E402
 
 DEFECTS = ROOT / "tests" / "fixtures" / "defects"
 # cheapest ncu first; launch_bound (100 launches under ncu) last among the defects
@@ -91,7 +93,7 @@ def capture(name: str, problem_path: Path, cand_path: Path | None, out: Path, wo
                                                device=device, energy_calls=20, **common))
     (out / f"{name}.profile.json").write_text(prof.model_dump_json(indent=1))
     gpu = _gpu_name() if prof.device == "cuda" else None
-    ev = refine.evidence(problem, compiled if compiled.status == "ok" else None, prof, gpu)
+    ev = tools.evidence(problem, compiled if compiled.status == "ok" else None, prof, gpu)
     feedback = refine.run(refine.RefineRequest(evidence=ev))
     every = sorted({f.tool for t in TOOLS.values() for f in t.check(ev) if f.severity >= refine.MIN_SEVERITY})
     (out / f"{name}.feedback.json").write_text(feedback.model_dump_json(indent=1))

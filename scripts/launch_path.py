@@ -118,7 +118,7 @@ def paths(numel: int) -> dict[str, Callable[[], Any]]:
         compiled.run(*grid, stream, compiled.function, compiled.packed_metadata, None, None, None,
                      x, y, numel, BLOCK)
 
-    from stages.templates import launch
+    from kernelflow.stages.templates import launch
 
     helper = {"torch": torch, "triton": triton}
     exec(launch.SOURCE, helper)
@@ -201,9 +201,9 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS,
     from bench_gpu import rebuild
     from triton import knobs
 
-    from stages.inputs import draw, trial_seed
-    from stages.instantiate import build, set_precision
-    from stages.problem import import_file, import_problem, load_problem
+    from kernelflow.stages.harness.instantiate import build, set_precision
+    from kernelflow.stages.problems.inputs import draw, trial_seed
+    from kernelflow.stages.problems.kernelbench import import_file, import_problem, load_problem
 
     problem = load_problem(ROOT / "problems" / f"{problem_id}.py")
     cand = rebuild(problem, json.loads((ROOT / "bench" / "results" / f"{problem_id}.json").read_text()))
@@ -214,18 +214,18 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS,
     events: collections.Counter[str] = collections.Counter()
     counting = False
     if after in ("hooks", "audit"):
-        from stages import audit
+        from kernelflow.stages.harness import audit
 
         audit.install()
     if after in ("hooks", "census"):
-        from stages import launches
+        from kernelflow.stages.harness import launches
 
         launches.install(triton=True)
     if after == "count":
         sys.addaudithook(lambda event, _: events.update((event,)) if counting else None)
     elif after == "stages":
-        from stages import benchmark, verify
-        from stages.contracts import BenchmarkRequest, VerifyRequest
+        from kernelflow.stages import benchmark, verify
+        from kernelflow.stages.contracts import BenchmarkRequest, VerifyRequest
 
         common = dict(problem=problem, candidate=cand, device="cuda", blob_dir=str(path.parent / "blobs"))
         checked = verify.run(VerifyRequest(**common, sizes=["gpu"], trials=2,  # type: ignore[arg-type]

@@ -100,9 +100,9 @@ def history(store_root: Path, runs: int) -> None:
     """Earlier nights in the store: `runs` finished optimize runs of another problem, two runs-table parts each (as a
     real run writes, when it starts and when it ends) and its problem_runs row, so a read that scans the whole table
     shows up."""
-    from artifacts.problem_runs import index
-    from artifacts.store import Store
-    from stages.contracts import RunRecord
+    from kernelflow.artifacts.problem_runs import index
+    from kernelflow.artifacts.store import Store
+    from kernelflow.stages.contracts import RunRecord
 
     store = Store(store_root)
     for i in range(runs):
@@ -116,10 +116,10 @@ def history(store_root: Path, runs: int) -> None:
 
 def grid_proposer(req: Any) -> Any:
     """The builtin elementwise template over GRID, the first parameter sets not tried yet (seed-rotated)."""
-    from stages.contracts import Candidate, GenerateResult, Origin
-    from stages.problem import import_problem
-    from stages.templates import elementwise
-    from stages.templates.lowering import trace
+    from kernelflow.stages.contracts import Candidate, GenerateResult, Origin
+    from kernelflow.stages.problems.kernelbench import import_problem
+    from kernelflow.stages.templates import elementwise
+    from kernelflow.stages.templates.lowering import trace
 
     plan = elementwise.match(req.problem, trace(req.problem, import_problem(req.problem.path)))
     shift = req.seed % len(GRID)
@@ -170,7 +170,7 @@ class Meter:
         return time.monotonic() - self.t0
 
     def sample(self) -> dict:
-        from stages.sandbox import descendants
+        from kernelflow.stages.executors.sandbox import descendants
 
         kids = descendants(os.getpid())
         row = dict(t_s=round(self.now(), 2), rss_kb=_status_kb("self", "VmRSS"), hwm_kb=_status_kb("self", "VmHWM"),
@@ -194,17 +194,17 @@ class Meter:
 
 
 def quick_timing(min_reps: int, max_reps: int, budget_s: float) -> None:
-    """Fewer timing repetitions per benchmark call (BenchmarkRequest's knobs, through flows.run.benchmark_step, as a
+    """Fewer timing repetitions per benchmark call (BenchmarkRequest's knobs, through kernelflow.flows.run.benchmark_step, as a
     ladder's cheap rung passes them): on this CPU the default (20 to 300 repetitions per contender until the 95%
     interval is within 2%, up to 30 s per shape) is most of a candidate's wall time and says nothing about the flow."""
-    import flows.run
+    import kernelflow.flows.run
 
-    step = flows.run.benchmark_step
+    step = kernelflow.flows.run.benchmark_step
 
     def quick(run: Any, candidate: Any, *a: Any, **knobs: Any) -> Any:
         return step(run, candidate, *a, **{"min_reps": min_reps, "max_reps": max_reps, "budget_s": budget_s, **knobs})
 
-    flows.run.benchmark_step = quick  # verify_and_time calls it by its module name
+    kernelflow.flows.run.benchmark_step = quick  # verify_and_time calls it by its module name
 
 
 def instrument(meter: Meter) -> None:
@@ -212,9 +212,9 @@ def instrument(meter: Meter) -> None:
     candidate's time and I/O is known. Only wrappers: what the flow does is unchanged."""
     import pandas as pd
 
-    import flows.search.protocol as protocol
-    import flows.tasks
-    from artifacts import tables
+    import kernelflow.flows.search.protocol as protocol
+    import kernelflow.flows.tasks
+    from kernelflow.artifacts import tables
 
     class CountingPandas:  # tables.read's pd: counts the parts it reads
         def __getattr__(self, name: str) -> Any:
@@ -242,8 +242,8 @@ def instrument(meter: Meter) -> None:
 
     timed(tables, "append", "write_s", "parts_written")  # store.py calls tables.append / tables.read
     timed(tables, "read", "read_s", "reads")
-    timed(flows.tasks, "run_stage", "stage_s")
-    run_stage = flows.tasks.run_stage
+    timed(kernelflow.flows.tasks, "run_stage", "stage_s")
+    run_stage = kernelflow.flows.tasks.run_stage
 
     def per_stage(name: str, *a: Any, **k: Any) -> Any:  # each stage's own seconds too (compile, verify, ...)
         started = time.perf_counter()
@@ -252,7 +252,7 @@ def instrument(meter: Meter) -> None:
         finally:
             meter.io[f"{name}_s"] = meter.io.get(f"{name}_s", 0.0) + time.perf_counter() - started
 
-    flows.tasks.run_stage = per_stage
+    kernelflow.flows.tasks.run_stage = per_stage
     for name in ("compile", "verify", "benchmark", "profile"):
         meter.io[f"{name}_s"] = 0.0
     propose, consider = protocol.propose, protocol.consider
@@ -296,8 +296,8 @@ def instrument(meter: Meter) -> None:
 
 def instrument_problems(meter: Meter) -> None:
     """Per suite entry: the wall of its optimize subflow and the store I/O around it (run start, end, conclude)."""
-    import flows.campaign as campaign
-    import flows.dispatch as dispatch
+    import kernelflow.flows.campaign as campaign
+    import kernelflow.flows.dispatch as dispatch
 
     local = dispatch.local
 
@@ -336,8 +336,8 @@ def check(store_root: Path, result: dict, n_problems: int, candidates: int) -> d
     """What must hold however slow the machine: every candidate recorded exactly once, every problem finished."""
     import pandas as pd
 
-    from artifacts.campaigns import entries
-    from artifacts.store import Store
+    from kernelflow.artifacts.campaigns import entries
+    from kernelflow.artifacts.store import Store
 
     store = Store(store_root)
     rows = entries(store, result["campaign_id"])
@@ -443,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ["TRITON_INTERPRET"] = "1"
     sys.path.insert(0, str(ROOT))
-    from stages.proposers import PROPOSERS
+    from kernelflow.stages.proposers import PROPOSERS
 
     PROPOSERS["load-grid"] = grid_proposer
     suite = write_suite(where, args.problems, args.candidates, args.executor, args.profile)
@@ -457,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         quick_timing(args.reps[0], args.reps[1], args.timing_budget_s)
     instrument(meter)
     instrument_problems(meter)
-    from flows.campaign import campaign
+    from kernelflow.flows.campaign import campaign
 
     meter.start()
     started = time.perf_counter()

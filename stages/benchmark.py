@@ -4,13 +4,13 @@ Per workload: contenders interleaved in a shuffled order every round, each call 
 synced, L2 flushed, CUDA events), inputs rotated over several fresh sets, repetitions until the 95% interval
 of every median is tight or the budget ends. The candidate's outputs on timed calls are re-checked against
 the float64 reference, so a kernel cannot be right only when it is not being timed. On CUDA each timed call follows
-untimed calls of the same contender, about 20 ms of device time (stages/timing.py SUSTAIN_US), so that a
+untimed calls of the same contender, about 20 ms of device time (stages/measure/timing.py SUSTAIN_US), so that a
 power-limited kernel is timed at the clocks it keeps under sustained load; once NVML reports the power cap on a
 workload, about 150 ms (SETTLE_US), so that a timed call meets its own contender's power state and not the one its
 neighbour in the round left, and the rounds timed before are dropped.
 
 Integrity (docs/INTEGRITY.md): the timer's primitives were bound before the candidate was imported
-(stages/timing.py), and every candidate call, timed ones included, runs in a guarded section (stages/integrity.py)
+(stages/measure/timing.py), and every candidate call, timed ones included, runs in a guarded section (stages/harness/integrity.py)
 that fails it as `cheat` if it replaced the timer, the statistics or the judge, changed a setting or left work
 running on a thread. Every timed call's kernel launches are counted: one that launches fewer than the fewest of the
 warm-up calls replayed a result, or let one launch serve several calls. Before each of its timed calls the
@@ -32,10 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from stages import static_checks
-from stages.candidate import load_model_class
-from stages.compare import judge
-from stages.contracts import (
+from kernelflow.stages.contracts import (
     POWER_LIMITED_SHARE,
     BenchmarkRequest,
     BenchmarkResult,
@@ -48,13 +45,14 @@ from stages.contracts import (
     VerifyResult,
     Workload,
 )
-from stages.errors import CandidateFault
-from stages.inputs import clone, draw, nbytes, trial_seed, upcast
-from stages.instantiate import baseline, build, classify, guarded, set_precision
-from stages.integrity import Guard
-from stages.problem import geomean, import_problem
-from stages.provenance import collect
-from stages.timing import (
+from kernelflow.stages.errors import CandidateFault
+from kernelflow.stages.harness import static_checks
+from kernelflow.stages.harness.candidate import load_model_class
+from kernelflow.stages.harness.compare import judge
+from kernelflow.stages.harness.instantiate import baseline, build, fault_of, guarded, set_precision
+from kernelflow.stages.harness.integrity import Guard
+from kernelflow.stages.measure.provenance import collect
+from kernelflow.stages.measure.timing import (
     Timer,
     clock_summary,
     left_running,
@@ -63,9 +61,11 @@ from stages.timing import (
     rel_width,
     reset_persisting_l2,
 )
+from kernelflow.stages.problems.inputs import clone, draw, nbytes, trial_seed, upcast
+from kernelflow.stages.problems.kernelbench import geomean, import_problem
 
 if TYPE_CHECKING:
-    from stages.verify import Loaded
+    from kernelflow.stages.verify import Loaded
 
 Result = BenchmarkResult
 RECHECK_EVERY = 10  # re-check the candidate's outputs on every input set, in every 10th rotation of the sets
@@ -167,7 +167,7 @@ class _Candidate:
         return us, out
 
     def lead_in(self, timer: Timer, args: list[Any], calls: int, what: str) -> None:
-        """The untimed calls queued before a timed call (stages/timing.py SUSTAIN_US), guarded as a timed call is.
+        """The untimed calls queued before a timed call (stages/measure/timing.py SUSTAIN_US), guarded as a timed call is.
         Each must launch as a warm-up call did: calls that skipped their work while untimed would let the device cool
         before the timed one."""
         what = f"{what} lead-in"
@@ -216,7 +216,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
             expect = [(ref(*s), ref64(*upcast(s))) for s in sets]
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     tails: dict[str, list[float]] = {name: [] for name in contenders}
-    lead: dict[str, int] = {}  # untimed calls queued before each timed call (stages/timing.py SUSTAIN_US)
+    lead: dict[str, int] = {}  # untimed calls queued before each timed call (stages/measure/timing.py SUSTAIN_US)
     clocks: dict[str, list[tuple[int, bool]]] = {name: [] for name in contenders}  # NVML, after each timed call
 
     def one(name: str, k: int, j: int, what: str) -> tuple[float, Any] | None:
@@ -240,7 +240,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
             return result
         except Exception as e:
             if name == "candidate":
-                raise classify(e) from e
+                raise fault_of(e) from e
             notes.append(f"baseline {name} dropped on {w.name}: it failed in {what}: {type(e).__name__}: {e}"[:400])
             del contenders[name], samples[name]  # the baseline's fault, not the candidate's
             return None
@@ -248,7 +248,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
             if saved is not None:
                 _refill(sets[k], saved)
 
-    # where the power cap is on (or NVML cannot tell), every lead-in settles the power state (stages/timing.py)
+    # where the power cap is on (or NVML cannot tell), every lead-in settles the power state (stages/measure/timing.py)
     settle, device_us = timer.device == "cuda" and not timer.reads_clock, {}
     if timer.device == "cuda":
         for name in list(contenders):  # one call each sizes its first lead-in (not kept); then the median does
@@ -293,7 +293,7 @@ def _time_workload(req: BenchmarkRequest, module: Any, w: Workload, new_cls: Any
         why = "the power cap is on" if timer.reads_clock else "NVML cannot read the power cap here, so it is assumed on"
         least = min((lead[n] * device_us[n] for n in contenders), default=0.0) / 1e3
         notes.append(f"{why} for {w.name}: each timed call followed at least {least:.0f} ms of its contender's own "
-                     "calls (stages/timing.py SETTLE_US)" +
+                     "calls (stages/measure/timing.py SETTLE_US)" +
                      (f"; the {first} rounds timed before the cap was seen were dropped" if first else ""))
     if cand is not None and (tail := left_running(samples["candidate"], cand.tails, tails.get("eager", []))):
         raise CandidateFault("cheat", f"{w.name}: its calls left a median {tail:.1f} us of work running after their "
@@ -343,7 +343,7 @@ def precheck(req: BenchmarkRequest) -> tuple[VerifyResult, Loaded | None]:
     """The request's precheck workloads verified in this process, one trial each (stages/verify.py's own checks);
     and, when it passed, the candidate's class and guard as the verification loaded them, for the timing (one
     import)."""
-    from stages import verify
+    from kernelflow.stages import verify
 
     assert req.candidate is not None and req.precheck is not None
     sizes: list[SizeSet] = [s for s in ("cpu", "gpu") if any(w.name in req.precheck for w in req.problem.workloads(s))]
@@ -392,6 +392,6 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
 
 
 if __name__ == "__main__":
-    from stages.entry import main
+    from kernelflow.stages.entry import main
 
     main(BenchmarkRequest, run)

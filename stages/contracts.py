@@ -24,6 +24,9 @@ SizeSet = Literal["gpu", "cpu"]
 # fresh input into the graph's own buffers first (on the H200 that copy made max-autotune 2-3x slower than default)
 Baseline = Literal["eager", "compile", "compile_max", "compile_max_nocg"]
 Contender = Literal["candidate", "eager", "compile", "compile_max", "compile_max_nocg"]  # what a row measured
+BASELINE_LABELS: dict[str, str] = {"eager": "eager PyTorch", "compile": "torch.compile",
+                                   "compile_max": "torch.compile (max-autotune)",
+                                   "compile_max_nocg": "torch.compile (max-autotune-no-cudagraphs)"}
 FailureKind = Literal[
     "compile_error",  # the toolchain rejected the source
     "import_error",  # the module failed to import or defines no ModelNew
@@ -39,7 +42,7 @@ FailureKind = Literal[
     "input_mutation",  # the candidate changed its inputs
     "nondeterministic",  # a second call on the same inputs disagreed
     "cheat",  # a harness-evading output (tensor subclass, aliasing) or behaviour
-    "policy_violation",  # the forward calls torch ops the policy forbids (stages/library_policy.py)
+    "policy_violation",  # the forward calls torch ops the policy forbids (stages/harness/library_policy.py)
     "unavailable",  # the backend cannot run here (no nvcc, no GPU); says why
 ]
 
@@ -67,7 +70,7 @@ DEFAULT_TOLERANCE: dict[str, Tolerance] = {
 
 
 class Policy(Contract):
-    """What a candidate may do; enforced by verify (library calls: stages/library_policy.py)."""
+    """What a candidate may do; enforced by verify (library calls: stages/harness/library_policy.py)."""
 
     allow_tf32: bool = Field(default=False, description="fp32 matmul/conv may use TF32 (in candidate and baselines)")
     allow_vendor_libraries: bool = Field(
@@ -144,7 +147,7 @@ class StageResult(Contract):
     blobs: dict[str, str] = Field(default_factory=dict, description="artifact name -> blob sha256 (log, ptx, ...)")
     sandbox: dict[str, str] = Field(default_factory=dict, description="subprocess executor: sandbox feature "
                                     "(environment, temp_dir, cpu_time, file_size, core_dumps, processes, memory, "
-                                    "network) -> 'applied: ...' or 'not applied: why' (stages/sandbox.py); empty "
+                                    "network) -> 'applied: ...' or 'not applied: why' (stages/executors/sandbox.py); empty "
                                     "inline and in docker, whose container is the sandbox")
 
 
@@ -166,7 +169,7 @@ class KernelBinary(Contract):
     spill_loads_bytes: int | None = Field(default=None, description="bytes loaded back from local memory")
     stack_bytes: int | None = Field(default=None, description="stack frame per thread, bytes")
     sass: dict[str, int | float | None] | None = Field(
-        default=None, description="static SASS instruction statistics, see stages/sass.py (SassStats)")
+        default=None, description="static SASS instruction statistics, see stages/backends/sass.py (SassStats)")
 
 
 class CompileResult(StageResult):
@@ -286,7 +289,7 @@ class Timing(Contract):
                                   "median_us the call is launch-bound, and back to back it runs at this speed, not "
                                   "at median_us")
     lead_calls: int = Field(default=0, description="untimed calls of the same contender queued before each timed "
-                            "call, so that it meets the clocks of sustained load (stages/timing.py SUSTAIN_US; SETTLE_US "
+                            "call, so that it meets the clocks of sustained load (stages/measure/timing.py SUSTAIN_US; SETTLE_US "
                             "where the power cap is on); 0 on a "
                             "CPU, and in rows timed before the lead-in (BENCHMARKS.md fifteenth session)")
     timed_sm_clock_mhz: float | None = Field(default=None, description="median SM clock read through NVML right "
@@ -487,7 +490,7 @@ class ProfileResult(StageResult):
     kernels: list[KernelProfile] = Field(default_factory=list)
     time_us: float | None = Field(default=None, description="median time per forward call (events, L2 flushed)")
     energy_j_per_call: float | None = Field(default=None, description="NVML total-energy delta / calls")
-    flops: float | None = Field(default=None, description="counted work of the workload (stages/roofline.py)")
+    flops: float | None = Field(default=None, description="counted work of the workload (stages/measure/roofline.py)")
     bytes_min: float | None = Field(default=None, description="fewest bytes the workload must move")
     achieved_flops_per_s: float | None = None
     achieved_bytes_per_s: float | None = Field(default=None, description="bytes_min / time (a lower bound)")

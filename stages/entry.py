@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from stages.errors import KernelflowError
+from kernelflow.stages.errors import KernelflowError
 
 INFRA_EXIT = 3  # exit status of a stage process that met a fault that is not the candidate's
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from stages.contracts import GenerateRequest, GenerateResult
-from stages.errors import KernelflowError
-from stages.proposers import PROPOSERS
+from kernelflow.stages.contracts import GenerateRequest, GenerateResult
+from kernelflow.stages.errors import KernelflowError
+from kernelflow.stages.proposers import PROPOSERS
 
 
 def run(req: GenerateRequest) -> GenerateResult:
@@ -15,6 +15,6 @@ def run(req: GenerateRequest) -> GenerateResult:
 
 
 if __name__ == "__main__":
-    from stages.entry import main
+    from kernelflow.stages.entry import main
 
     main(GenerateRequest, run)

@@ -2,23 +2,23 @@
 work and the analytic SOL floor and class; on a GPU also its time, energy per call, achieved rates and Nsight
 Compute hardware counters per kernel (issue 3, step 1).
 
-Always (no GPU needed): the workload's counted work (stages/roofline.py, on meta tensors), its SOL floor and its
-bottleneck class (stages/classify.py: from the hardware counters when read, `bound_source="counters"`, else from
+Always (no GPU needed): the workload's counted work (stages/measure/roofline.py, on meta tensors), its SOL floor and its
+bottleneck class (stages/measure/bottleneck.py: from the hardware counters when read, `bound_source="counters"`, else from
 the analytic terms, "analytic"; refine decides the same way, so the profiles and feedback tables agree). Peaks come from `peaks_for(<this GPU's name>)`, measured on this machine on the first profile
-(stages/ceilings.py) and cached; on a machine without a GPU the numbers are given for
+(stages/measure/ceilings.py) and cached; on a machine without a GPU the numbers are given for
 TARGET_GPU (the H200 we optimize for) and the message says so; on an unknown GPU no floor and no class are given.
 
 On CUDA, in this process:
-- time: median over TIMED_CALLS calls, each timed alone by stages.timing.Timer (streams synced, L2 flushed,
-  CUDA events) after ~SUSTAIN_US of untimed calls, as the benchmark times them (stages/timing.py: a power-limited
+- time: median over TIMED_CALLS calls, each timed alone by kernelflow.stages.measure.timing.Timer (streams synced, L2 flushed,
+  CUDA events) after ~SUSTAIN_US of untimed calls, as the benchmark times them (stages/measure/timing.py: a power-limited
   kernel's clock falls within ~100 ms of sustained load, and the profile's rates are then those of the benchmark's
   median, not of a burst), after WARMUP_CALLS warm-up calls; inputs are one fresh draw of the declared distribution and
-  the models are built with equal weights (stages.instantiate.build), seeds fixed per workload. Correctness
+  the models are built with equal weights (kernelflow.stages.harness.instantiate.build), seeds fixed per workload. Correctness
   is not judged here (verify and benchmark do that); an exception or GPU fault in forward is a failure row.
-- energy: J per call from NVML's total-energy counter over a loop of `energy_calls`-call blocks (stages/energy.py).
+- energy: J per call from NVML's total-energy counter over a loop of `energy_calls`-call blocks (stages/measure/energy.py).
 - achieved FLOP/s and bytes/s = counted work / measured time; sol_fraction = floor / time.
 
-Then the hardware counters: stages/ncu.py runs Nsight Compute on a driver that rebuilds the same model, weights
+Then the hardware counters: stages/measure/ncu.py runs Nsight Compute on a driver that rebuilds the same model, weights
 and inputs (`instance`) and profiles one call after WARMUP_CALLS warm-up calls, with what is left of the stage's
 deadline less NCU_MARGIN_S. A metric ncu rejects is dropped and the run repeated; any other ncu failure keeps
 status "ok" with counters="unavailable" and counters_reason saying exactly why; the analytic numbers and the
@@ -36,27 +36,24 @@ from __future__ import annotations
 
 import time
 from statistics import median
-from typing import Any
 
 import torch
 
-from stages import ceilings, roofline
-from stages.candidate import GPU_ONLY, load_model_class
-from stages.classify import classify as classify_bound
-from stages.contracts import FailureKind, Problem, ProfileRequest, ProfileResult, Workload
-from stages.energy import j_per_call
-from stages.errors import CandidateFault, ProblemError
-from stages.inputs import draw, trial_seed
-from stages.instantiate import baseline, build, classify, guarded, set_precision
-from stages.ncu import collect_counters
-from stages.peaks import peaks_for
-from stages.problem import import_problem
-from stages.timing import Timer
+from kernelflow.stages.contracts import FailureKind, ProfileRequest, ProfileResult, Workload
+from kernelflow.stages.errors import CandidateFault
+from kernelflow.stages.harness.candidate import GPU_ONLY
+from kernelflow.stages.harness.instantiate import fault_of, guarded, set_precision
+from kernelflow.stages.measure import ceilings, roofline
+from kernelflow.stages.measure.bottleneck import bound_of
+from kernelflow.stages.measure.ceilings import peaks_for
+from kernelflow.stages.measure.energy import j_per_call
+from kernelflow.stages.measure.ncu import collect_counters
+from kernelflow.stages.measure.peaks import TARGET_GPU
+from kernelflow.stages.measure.subject import WARMUP_CALLS, instance, pick_workload
+from kernelflow.stages.measure.timing import Timer
 
 Result = ProfileResult
 
-TARGET_GPU = "NVIDIA H200"  # analytic floor and class on a machine without a GPU are given for this GPU
-WARMUP_CALLS = 3
 TIMED_CALLS = 50
 NCU_MARGIN_S = 15.0  # ncu must finish this long before the stage's deadline (the result still has to be written)
 
@@ -68,32 +65,6 @@ def failed(req: ProfileRequest, kind: FailureKind, message: str, blobs: dict[str
                          workload=req.workload or (req.problem.gpu_workloads[0].name if req.problem.gpu_workloads
                                                    else ""),
                          counters="unavailable", counters_reason="the candidate failed: nothing was profiled")
-
-
-def pick_workload(problem: Problem, name: str | None) -> Workload:
-    """The named workload (GPU ones first, then CPU ones); None: the first GPU workload."""
-    workloads = problem.gpu_workloads + problem.cpu_workloads
-    if name is None:
-        return workloads[0]
-    for w in workloads:
-        if w.name == name:
-            return w
-    raise ProblemError(problem.path, f"no workload named {name!r} (has {[w.name for w in workloads]})")
-
-
-# ---- measuring in this process ----
-
-def instance(req: ProfileRequest, w: Workload, device: str) -> tuple[Any, list[Any]]:
-    """The contender with the workload's fixed-seed weights and one draw of its declared inputs on `device`
-    (stages/ncu.py's driver profiles the same): the candidate, the reference (eager), or torch.compile of it."""
-    module = import_problem(req.problem.path)
-    new_cls = load_model_class(req.candidate, req.workdir, device) if req.candidate is not None else None
-    ref, new = build(module, new_cls, w, device, seed=trial_seed(0, w.name, "init"))
-    inputs = draw(module, w, trial_seed(0, w.name, "profile"), "declared", device)
-    if req.contender == "candidate":
-        assert new is not None
-        return new, inputs
-    return baseline(req.contender, ref), inputs
 
 
 def _measure(req: ProfileRequest, w: Workload) -> tuple[float, float | None, str]:
@@ -116,7 +87,7 @@ def _measure(req: ProfileRequest, w: Workload) -> tuple[float, float | None, str
                 lead = timer.lead_calls(median(times))
             energy, note = j_per_call(new, inputs, req.energy_calls)
         except Exception as e:
-            raise classify(e) from e
+            raise fault_of(e) from e
     return median(times), energy, f"time: median of {TIMED_CALLS} calls, L2 flushed; {note}"
 
 
@@ -188,13 +159,13 @@ def run(req: ProfileRequest) -> ProfileResult:
     else:
         result.counters_reason = (f"no GPU: device {req.device!r} was requested but CUDA is not available here"
                                   if req.device == "cuda" else "no GPU: profiled with device 'cpu'")
-    result.bound, result.bound_source = classify_bound(result, work, peaks, result.time_us)
+    result.bound, result.bound_source = bound_of(result, work, peaks, result.time_us)
     result.message = "; ".join(notes)
     result.duration_s = time.perf_counter() - started
     return result
 
 
 if __name__ == "__main__":
-    from stages.entry import main
+    from kernelflow.stages.entry import main
 
     main(ProfileRequest, run)

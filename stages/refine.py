@@ -1,7 +1,7 @@
 """Refine stage: the micro-profiling tools' findings on one candidate, as Feedback (KernelPro's stage two).
 
-`run(req)` takes the bottleneck class from the evidence, else decides it (stages/classify.py: counters, else
-counted work), runs the tools that class selects (stages.tools.select) and keeps their findings (below
+`run(req)` takes the bottleneck class from the evidence, else decides it (stages/measure/bottleneck.py: counters, else
+counted work), runs the tools that class selects (kernelflow.stages.measure.tools.select) and keeps their findings (below
 MIN_SEVERITY they are noise and dropped): causes first, most severe first, then the findings another finding on
 the same kernel explains (a tool's EXPLAINS: e.g. long-scoreboard stalls under low occupancy), marked
 `explained_by`, and last those on a kernel the candidate did not compile (a library call's: `not_own`, context
@@ -14,13 +14,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from stages.classify import classify
-from stages.contracts import CompileResult, Contract, Feedback, Finding, Problem, ProfileResult
-from stages.instantiate import BASELINE_LABELS
-from stages.peaks import peaks_for
-from stages.profile import TARGET_GPU
-from stages.roofline import count_work
-from stages.tools import Evidence, base_name, explains, select
+from kernelflow.stages.contracts import BASELINE_LABELS, Contract, Feedback, Finding
+from kernelflow.stages.measure.bottleneck import bound_of
+from kernelflow.stages.measure.tools import Evidence, base_name, explains, select
 
 MIN_SEVERITY = 0.01  # findings estimated to recover less than 1% of the time are left out
 NOT_OWN = ("a library kernel the candidate calls, not its code: another library call, layout or precision, or "
@@ -48,22 +44,6 @@ def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
         advice = (f"{NOT_OWN} (what the tool would change: {f.recommendation})" if f.not_own else f.recommendation)
         lines.append(f"{i}. [{f.tool}, ~{f.severity:.0%} of the time{cause}]{where}: {f.diagnosis} -> {advice}")
     return "\n".join(lines)
-
-
-def evidence(problem: Problem, compiled: CompileResult | None, profile: ProfileResult,
-             gpu_name: str | None) -> Evidence:
-    """What the tools read, gathered from the stages' results (counted work recomputed on meta tensors). The class
-    is left to `run`, which decides it from the profile as the profile stage does (counters, else counted work),
-    so a changed classifier applies to captured profiles too."""
-    workload = next((w for w in problem.gpu_workloads + problem.cpu_workloads if w.name == profile.workload), None)
-    return Evidence(problem_id=problem.id, candidate_id=profile.candidate_id, contender=profile.contender,
-                    time_us=profile.time_us,
-                    sol_floor_us=profile.sol_floor_us, work=count_work(problem, workload) if workload else None,
-                    profile=profile, binaries=compiled.kernels if compiled else [],
-                    library_calls=compiled.library_calls if compiled else [],
-                    defined=compiled.defined if compiled else [],
-                    peaks=peaks_for(gpu_name or TARGET_GPU),  # no GPU here: advice for the GPU we optimize for
-                    launches_per_call=sum(k.invocations for k in profile.kernels) if profile.kernels else None)
 
 
 def not_own(ev: Evidence, found: list[Finding]) -> list[Finding]:
@@ -99,7 +79,7 @@ def run(req: RefineRequest) -> Feedback:
     ev = req.evidence
     source = None  # a class given with the evidence is reported as given
     if ev.bound is None:
-        bound, source = classify(ev.profile, ev.work, ev.peaks, ev.time_us)
+        bound, source = bound_of(ev.profile, ev.work, ev.peaks, ev.time_us)
         ev = ev.model_copy(update={"bound": bound})
     tools = select(ev.bound)
     found = [f for t in tools for f in t.check(ev) if f.severity >= MIN_SEVERITY]
@@ -111,6 +91,6 @@ def run(req: RefineRequest) -> Feedback:
 
 
 if __name__ == "__main__":
-    from stages.entry import main
+    from kernelflow.stages.entry import main
 
     main(RefineRequest, run)

@@ -5,19 +5,19 @@ upcast inputs; outputs NaN-poisoned (uninitialized memory is filled with NaN); N
 tolerance, input mutation and a second call on the same inputs all checked.
 
 Library policy: every forward call runs under a census of the torch operators it dispatches
-(stages/library_policy.py). An op the policy forbids (torch math standing in for a kernel; cuBLAS/cuDNN when
+(stages/harness/library_policy.py). An op the policy forbids (torch math standing in for a kernel; cuBLAS/cuDNN when
 vendor libraries are off) fails the candidate as `policy_violation`, before its output is judged. The policy
 is the request's if it carries one (a campaign's), else the problem's. The constructor is not counted.
 
-Integrity (docs/INTEGRITY.md): the source passes the static checks first (stages/static_checks.py); the import,
-each constructor and each call run in a guarded section (stages/integrity.py: nothing of the harness replaced, no
+Integrity (docs/INTEGRITY.md): the source passes the static checks first (stages/harness/static_checks.py); the import,
+each constructor and each call run in a guarded section (stages/harness/integrity.py: nothing of the harness replaced, no
 setting changed, no thread left running, no network, no write outside the work dir, no secret read). Each call's
-kernel launches are counted (stages/launches.py): a call that launches none after earlier calls on the workload
+kernel launches are counted (stages/harness/launches.py): a call that launches none after earlier calls on the workload
 did returns a remembered result; a right output from no kernel and no op that computes, or (where the policy
 forbids torch compute) a right output with every Triton launch made a no-op (ghost replay), was computed somewhere
 the census cannot see. A cast to a dtype less precise than the problem's is a precision downgrade. When every workload
 of the size sets is verified, one held-out shape the candidate was never shown is verified too
-(stages/held_out.py); failing only there is shape hard-coding. All of these fail the candidate as `cheat`.
+(stages/problems/held_out.py); failing only there is shape hard-coding. All of these fail the candidate as `cheat`.
 """
 
 from __future__ import annotations
@@ -33,18 +33,18 @@ from typing import Any
 
 import torch
 
-from artifacts.blobs import put_text
-from stages import launches, static_checks
-from stages.candidate import load_model_class
-from stages.compare import as_list, error_ratio, judge
-from stages.contracts import FailureKind, VerifyRequest, VerifyResult, Workload
-from stages.errors import CandidateFault
-from stages.held_out import held_out
-from stages.inputs import DISTRIBUTIONS, clone, draw, trial_seed, upcast
-from stages.instantiate import build, guarded, set_precision
-from stages.integrity import Guard, deterministic
-from stages.library_policy import Census, downcasts, listing, op_class, violation
-from stages.problem import import_problem
+from kernelflow.artifacts.blobs import put_text
+from kernelflow.stages.contracts import FailureKind, VerifyRequest, VerifyResult, Workload
+from kernelflow.stages.errors import CandidateFault
+from kernelflow.stages.harness import launches, static_checks
+from kernelflow.stages.harness.candidate import load_model_class
+from kernelflow.stages.harness.compare import as_list, error_ratio, judge
+from kernelflow.stages.harness.instantiate import build, guarded, set_precision
+from kernelflow.stages.harness.integrity import Guard, deterministic
+from kernelflow.stages.harness.library_policy import Census, downcasts, listing, op_class, violation
+from kernelflow.stages.problems.held_out import held_out
+from kernelflow.stages.problems.inputs import DISTRIBUTIONS, clone, draw, trial_seed, upcast
+from kernelflow.stages.problems.kernelbench import import_problem
 
 Result = VerifyResult
 Loaded = tuple[type[torch.nn.Module], Guard]  # a candidate's ModelNew and the guard it was imported under
@@ -278,6 +278,6 @@ def run(req: VerifyRequest) -> VerifyResult:
 
 
 if __name__ == "__main__":
-    from stages.entry import main
+    from kernelflow.stages.entry import main
 
     main(VerifyRequest, run)

@@ -15,9 +15,9 @@ from types import ModuleType
 import pytest
 from faulty_proxy import FaultyProxy
 
-from artifacts.blobs import put_bytes
-from artifacts.store import Store
-from stages.contracts import Candidate, Origin, VerifyResult
+from kernelflow.artifacts.blobs import put_bytes
+from kernelflow.artifacts.store import Store
+from kernelflow.stages.contracts import Candidate, Origin, VerifyResult
 
 
 def need(module: str) -> ModuleType:
@@ -61,7 +61,7 @@ def s3(moto_url, proxy, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    monkeypatch.setattr(need("artifacts.s3").S3Remote, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(need("kernelflow.artifacts.s3").S3Remote, "BACKOFF_S", 0.01)
     bucket = f"kf-{uuid.uuid4().hex[:12]}"
     client = need("boto3").client("s3", endpoint_url=moto_url)  # straight to the server: what is really there
     client.create_bucket(Bucket=bucket)

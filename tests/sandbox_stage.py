@@ -9,8 +9,8 @@ import json
 
 from pydantic import Field
 
-from stages.contracts import Device, StageRequest, StageResult
-from stages.entry import main
+from kernelflow.stages.contracts import Device, StageRequest, StageResult
+from kernelflow.stages.entry import main
 
 Result = StageResult
 

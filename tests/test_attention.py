@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from test_proposer_builtin import assert_matches
 
-from stages import compile as compile_stage
-from stages.contracts import Candidate, CompileRequest, Origin, Problem, VerifyRequest
-from stages.executor import run_stage
-from stages.problem import import_problem, load_problem
-from stages.templates import TEMPLATES
-from stages.templates.lowering import trace
-from stages.templates.program import TemplateMismatch
+from kernelflow.stages import compile as compile_stage
+from kernelflow.stages.contracts import Candidate, CompileRequest, Origin, Problem, VerifyRequest
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem
+from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates.lowering import trace
+from kernelflow.stages.templates.program import TemplateMismatch
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "problems" / "22_attention_bf16.py"

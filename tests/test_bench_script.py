@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from stages.problem import load_problem
+from kernelflow.stages.problems.kernelbench import load_problem
 from tests.test_flow import ROOT, bench_script
 
 
@@ -210,7 +210,7 @@ def test_a_max_autotune_cell_without_the_no_cudagraphs_mode_is_timed_again(tmp_p
 def test_max_autotune_is_torch_compiles_own_mode(monkeypatch):
     import torch
 
-    from stages.instantiate import baseline
+    from kernelflow.stages.harness.instantiate import baseline
 
     modes = []
     monkeypatch.setattr(torch, "compile", lambda model, mode=None, **_: modes.append(mode) or model)

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from stages.contracts import BenchmarkRequest, Candidate, Origin
-from stages.executor import run_stage
-from stages.problem import load_problem
-from stages.timing import median_ci
+from kernelflow.stages.contracts import BenchmarkRequest, Candidate, Origin
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.measure.timing import median_ci
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
@@ -33,7 +33,7 @@ def test_times_candidate_and_eager_per_workload(tmp_path: Path):
 def test_host_time_per_call_is_kept_and_a_launch_bound_call_named(tmp_path: Path, monkeypatch):
     """On a GPU the timer measures the host's time per call issued back to back beside the device's; here a stand-in
     reports three times the median's scale for the candidate alone (on a CPU there is none: host_us is None)."""
-    from stages.timing import Timer
+    from kernelflow.stages.measure.timing import Timer
 
     assert all(t.host_us is None for t in bench("good", tmp_path / "cpu").timings)
     seen = []
@@ -78,7 +78,7 @@ def test_torch_compile_baselines_are_specialized_to_each_workload(monkeypatch):
     import torch
     import torch._inductor.compile_fx as compile_fx
 
-    from stages.instantiate import MODES, baseline
+    from kernelflow.stages.harness.instantiate import MODES, baseline
 
     graphs: list[list[bool]] = []
 
@@ -111,8 +111,8 @@ def test_a_power_capped_workload_settles_each_lead_in_and_drops_the_rounds_befor
     stand-in timer on the CPU plays the GPU: every call "takes" 1000 us, and the cap shows from the 7th timed call of
     the run on (cpu0: after its two sizing calls and two rounds, so its third round sees it and is dropped with the
     first two; cpu1: already at its sizing calls)."""
-    import stages.timing as timing
-    from stages.timing import Timer
+    import kernelflow.stages.measure.timing as timing
+    from kernelflow.stages.measure.timing import Timer
 
     def run(clock: bool, cap_from: int | None) -> tuple[object, list[int]]:
         calls, leads = [0], []

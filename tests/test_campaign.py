@@ -15,13 +15,21 @@ from typing import Literal
 
 import pytest
 
-from artifacts.analysis import resolve
-from artifacts.campaigns import CampaignProblem, CampaignRecord, campaigns, entries, run_ids
-from artifacts.store import Store
-from artifacts.tables import model_of
-from flows.regression import check
-from flows.suite import PROBLEMS, Entry, Settings, SuiteError, load_suite
-from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, RunRecord, Timing, VerifyResult
+from kernelflow.artifacts.analysis import resolve
+from kernelflow.artifacts.campaigns import CampaignProblem, CampaignRecord, campaigns, entries, run_ids
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.tables import model_of
+from kernelflow.flows.regression import check
+from kernelflow.flows.suite import PROBLEMS, Entry, Settings, SuiteError, load_suite
+from kernelflow.stages.contracts import (
+    BenchmarkResult,
+    Candidate,
+    Origin,
+    Provenance,
+    RunRecord,
+    Timing,
+    VerifyResult,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = ROOT / "tests" / "fixtures" / "broken_problems" / "import_error.py"
@@ -61,7 +69,7 @@ def test_a_suite_reads_its_entries_and_refuses_what_it_cannot_do(tmp_path: Path)
              "gpu_seconds": 30.0, "sizes": "cpu", "baselines": ["eager"], "policy": {"allow_tf32": False}, "seed": 1,
              "profile": True, "target_sol": 0.9}
     assert set(every) == set(Settings.model_fields)  # each setting below reaches optimize under its own name
-    from flows.optimize import optimize
+    from kernelflow.flows.optimize import optimize
 
     inspect.signature(optimize.fn).bind(**suite.optimize_kwargs(Entry(problem="09_silu", **every)), store="s",
                                         warm_start_from="r")
@@ -131,8 +139,8 @@ def artifacts(flow_run_id: str) -> dict[str, list]:
 
 
 def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(prefect_harness, tmp_path: Path):
-    from flows.campaign import campaign
     from kernelflow.cli import main as cli
+    from kernelflow.flows.campaign import campaign
 
     suite, where = write(tmp_path, SUITE), tmp_path / "store"
     first = campaign(str(suite), store=str(where))
@@ -208,9 +216,9 @@ def recording(monkeypatch) -> list[tuple[str, str | None]]:
 def test_an_entry_names_its_run_and_conclude_reads_that_runs_partition_alone(tmp_path: Path, monkeypatch):
     """`plan` names each entry's optimize run (optimize's `run_id`); `conclude` reads that run's runs partition and
     nothing else of the runs table, however many runs the store holds (a whole-table read grew with every night)."""
-    from flows.campaign import conclude, plan
-    from flows.dispatch import Done
-    from flows.optimize import optimize
+    from kernelflow.flows.campaign import conclude, plan
+    from kernelflow.flows.dispatch import Done
+    from kernelflow.flows.optimize import optimize
 
     suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
     for i in range(5):  # earlier nights, one of them made by a flow run of the same id
@@ -234,8 +242,8 @@ def test_an_entry_names_its_run_and_conclude_reads_that_runs_partition_alone(tmp
 
 def test_a_warm_start_from_a_named_run_seeds_that_runs_best(tmp_path: Path):
     """last_best with a run id picks that run's best, not the latest run's: a campaign names its previous run."""
-    from flows.resume import last_best
-    from stages.problem import load_problem
+    from kernelflow.flows.resume import last_best
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     problem, store = load_problem(PROBLEMS / "09_silu.py"), Store(tmp_path)
     for run, when in (("older", "2026-11-29T02:00:00+00:00"), ("newer", "2026-11-30T02:00:00+00:00")):
@@ -277,7 +285,7 @@ def test_start_and_plan_read_one_earlier_campaign_however_many_nights_the_store_
     """`start` finds its previous campaign by the campaigns' partition names, and `plan` reads the entries of the
     latest earlier campaign of its suite alone: that night's row names what it found further back, so an entry that
     has not finished for a while, or never did, reads no more than one that finished last night."""
-    from flows.campaign import plan, start
+    from kernelflow.flows.campaign import plan, start
 
     suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
     ours = nights(store, "ci-smoke", 20, {"09_silu": lambda i: ("finished", f"k{i}"),
@@ -298,8 +306,8 @@ def test_start_and_plan_read_one_earlier_campaign_however_many_nights_the_store_
 def test_publish_reads_the_campaigns_own_runs_alone(tmp_path: Path, monkeypatch):
     """The summary's device comes from the runs partitions of the campaign's own runs, not from the whole runs table
     (every night's runs)."""
-    import flows.campaign as campaign
-    from flows.dispatch import Done
+    import kernelflow.flows.campaign as campaign
+    from kernelflow.flows.dispatch import Done
 
     suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
     for i in range(20):  # earlier nights, on a GPU

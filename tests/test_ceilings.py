@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from stages import ceilings
-from stages.peaks import KNOWN_PEAKS, Peaks, peaks_for
+from kernelflow.stages.measure import ceilings
+from kernelflow.stages.measure.ceilings import peaks_for
+from kernelflow.stages.measure.peaks import KNOWN_PEAKS, Peaks
 
 
 @pytest.fixture

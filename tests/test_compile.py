@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.blobs import get_bytes
-from stages.compile import run
-from stages.contracts import Candidate, CompileRequest, Origin
-from stages.harvest import find_tool, harvest_triton, parse_ptxas, triton_kernels
-from stages.problem import load_problem
+from kernelflow.artifacts.blobs import get_bytes
+from kernelflow.stages.backends.harvest import find_tool, harvest_triton, parse_ptxas, triton_kernels
+from kernelflow.stages.compile import run
+from kernelflow.stages.contracts import Candidate, CompileRequest, Origin
+from kernelflow.stages.problems.kernelbench import load_problem
 
 FIXTURES = Path(__file__).parent / "fixtures"
 needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="no nvcc: CUDA compiles cannot run")
@@ -103,7 +103,7 @@ def test_harvest_triton_with_nothing_compiled_is_empty(tmp_path):
 
 
 def test_without_nvcc_the_cuda_backend_is_off_with_the_reason(tmp_path, monkeypatch):
-    from stages.backends import cuda
+    from kernelflow.stages.backends import cuda
 
     monkeypatch.setattr(cuda, "find_tool", lambda name: None)  # no toolkit anywhere (in this process: no subprocess)
     source = (FIXTURES / "candidates" / "cuda_relu.py").read_text()

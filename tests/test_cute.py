@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.blobs import get_bytes
-from kernelflow import cute as headers
-from stages.backends import cute
-from stages.candidate import backend_of
-from stages.compile import run
-from stages.contracts import Candidate, CompileRequest, Origin
-from stages.harvest import find_tool
+from kernelflow.artifacts.blobs import get_bytes
+from kernelflow.stages.backends import cute
+from kernelflow.stages.backends import cutlass as headers
+from kernelflow.stages.backends.harvest import find_tool
+from kernelflow.stages.compile import run
+from kernelflow.stages.contracts import Candidate, CompileRequest, Origin
+from kernelflow.stages.harness.candidate import backend_of
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = (ROOT / "prompts" / "examples" / "cute_gemm_scale_residual.py").read_text()

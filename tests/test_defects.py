@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from stages import compile as compile_stage
-from stages.contracts import Candidate, CompileRequest, Origin, VerifyRequest
-from stages.executor import run_stage
-from stages.problem import load_problem
-from stages.tools import TOOLS
+from kernelflow.stages import compile as compile_stage
+from kernelflow.stages.contracts import Candidate, CompileRequest, Origin, VerifyRequest
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.measure.tools import TOOLS
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("capture_ncu_fixtures", ROOT / "scripts" / "capture_ncu_fixtures.py")

@@ -17,14 +17,15 @@ import docker
 import pytest
 import requests
 
-from artifacts.blobs import blob_path, put_bytes
+from kernelflow.artifacts.blobs import blob_path, put_bytes
 from kernelflow.cli import main as cli
 from kernelflow.cli import parser
-from stages import docker_executor, generate
-from stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
-from stages.docker_executor import FINGERPRINT_LABEL, FINGERPRINTED, Docker, code_fingerprint
-from stages.errors import InfrastructureError
-from stages.executor import run_stage
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
+from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors import docker as docker_executor
+from kernelflow.stages.executors.docker import FINGERPRINT_LABEL, FINGERPRINTED, Docker, code_fingerprint
+from kernelflow.stages.executors.run import run_stage
 from tests.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +119,7 @@ pathlib.Path("probe.json").write_text(json.dumps(out))
 
 def evading(code: str) -> str:
     """Candidate source that runs `code` in a child process, hex-encoded: beyond the stage's in-process defences
-    (static checks, the audit hook of stages/audit.py), as a candidate that evades them would. What the child sees
+    (static checks, the audit hook of stages/harness/audit.py), as a candidate that evades them would. What the child sees
     is what the container alone guarantees."""
     return (f"\nimport importlib as _il, sys as _s\n_il.import_module('sub' + 'process').run("
             f"[_s.executable, '-c', bytes.fromhex('{code.encode().hex()}').decode()], check=True)\n")
@@ -180,7 +181,7 @@ def test_the_cli_verifies_through_the_docker_executor(engine, tmp_path: Path, ca
 
 
 def test_the_optimize_flow_runs_its_stages_in_containers(engine, request, tmp_path: Path):
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     request.getfixturevalue("prefect_harness")  # session-scoped: asked for here, it starts only with an engine
 
@@ -285,7 +286,7 @@ def test_the_container_is_created_locked_down(fake, tmp_path: Path, monkeypatch)
     assert kw["network_mode"] == "none" and kw["read_only"] is True and kw["cap_drop"] == ["ALL"]
     assert (kw["mem_limit"], kw["pids_limit"], kw["device_requests"]) == ("2g", 4096, None)  # CPU: no GPU
     assert "OPENAI_API_KEY" not in kw["environment"] and kw["environment"]["TRITON_INTERPRET"] == "1"
-    assert kw["command"][:3] == ["python", "-m", "stages.verify"] and list(kw["tmpfs"]) == ["/tmp"]
+    assert kw["command"][:3] == ["python", "-m", "kernelflow.stages.verify"] and list(kw["tmpfs"]) == ["/tmp"]
     assert client.container.calls == ["start", "wait", "logs", "reload", "remove(force=True)"]
 
 

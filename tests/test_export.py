@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.problem_runs import COMPLETE, index
-from artifacts.store import Store
-from artifacts.tables import model_of
+from kernelflow.artifacts.problem_runs import COMPLETE, index
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.tables import model_of
 from kernelflow.export import ExportError, export
-from stages.contracts import (
+from kernelflow.stages.contracts import (
     BenchmarkResult,
     Candidate,
     CompileResult,
@@ -51,8 +51,8 @@ out, problem_path = Path(sys.argv[1]), sys.argv[2]
 sys.path.insert(0, str(out.parent))
 pkg = importlib.import_module(out.name)
 leaked = sorted({m.split(".")[0] for m in sys.modules} & {"stages", "artifacts", "kernelflow", "flows"})
-from stages.compare import as_list, error_ratio
-from stages.problem import import_problem, load_problem, workload_call
+from kernelflow.stages.harness.compare import as_list, error_ratio
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem, workload_call
 problem, module = load_problem(problem_path), import_problem(problem_path)
 ratios, same = {}, []
 for w in problem.cpu_workloads:
@@ -80,7 +80,7 @@ print(json.dumps({"leaked": leaked, "ratios": ratios, "same": all(same), "replay
 @pytest.fixture(scope="module")
 def cpu_run(prefect_harness, tmp_path_factory) -> tuple[Path, dict]:
     """A real optimize run on CPU: (its store, its summary)."""
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     store = tmp_path_factory.mktemp("store")
     summary = optimize(str(ROOT / "problems" / f"{PROBLEM}.py"), budget=1, store=str(store), device="cpu")

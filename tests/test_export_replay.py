@@ -239,7 +239,7 @@ def test_on_the_gpu_the_replay_matches_the_forward_and_keeps_every_check(tmp_pat
 
 def test_only_a_recording_kf_launch_makes_an_export_replay():
     from kernelflow.export import _records_launches
-    from stages.templates import launch
+    from kernelflow.stages.templates import launch
 
     template = f"import torch\nimport triton\n{launch.SOURCE}\nclass ModelNew(torch.nn.Module):\n    pass\n"
     assert _records_launches(template)

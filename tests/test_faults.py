@@ -28,13 +28,13 @@ import pandas as pd
 import pytest
 import torch
 
-from artifacts.store import Store
-from stages import generate
-from stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin, ProfileRequest
-from stages.llm import client
-from stages.llm.client import LLMError, LLMSettings, complete
-from stages.problem import load_problem
-from stages.sandbox import descendants
+from kernelflow.artifacts.store import Store
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin, ProfileRequest
+from kernelflow.stages.executors.sandbox import descendants
+from kernelflow.stages.llm import client
+from kernelflow.stages.llm.client import LLMError, LLMSettings, complete
+from kernelflow.stages.problems.kernelbench import load_problem
 from tests.fake_openai import FakeOpenAI, Scripted
 from tests.prefect_server import prefect_server
 from tests.s3_fixtures import candidate as s3_candidate
@@ -68,7 +68,7 @@ def finished(store: Store, run_id: str) -> set[str]:
 def kill_tree(proc: subprocess.Popen) -> tuple[int, list[int]]:
     """SIGKILL the process group `proc` leads; (how many of its processes were in other sessions: stage processes,
     which `os.killpg` does not reach, those still alive 10 s later). Stage processes die with the process that
-    started them (stages/sandbox.py: PR_SET_PDEATHSIG); survivors are killed here after they are counted."""
+    started them (stages/executors/sandbox.py: PR_SET_PDEATHSIG); survivors are killed here after they are counted."""
     os.killpg(proc.pid, signal.SIGSTOP)  # frozen first, so nothing new starts between the listing and the kill
     tree = descendants(proc.pid)
     others = {pid for pid in tree if _pgid(pid) not in (proc.pid, None)}
@@ -165,9 +165,11 @@ def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
     uploads each file once, a spool left by an earlier process goes up with `kernelflow flush`, transient 5xx are
     retried. Missing there: a whole optimize run while S3 is down (the run must finish, not fail or hang), and
     the same Mirror retrying by itself on a later write once its cool-down is over (no flush called)."""
-    from artifacts.mirror import MirrorWarning  # boto3 underneath: imported here, for machines without it
-    from artifacts.s3 import S3Remote
-    from flows.optimize import main as optimize
+    from kernelflow.artifacts.mirror import (
+        MirrorWarning,  # boto3 underneath: imported here, for machines without it
+    )
+    from kernelflow.artifacts.s3 import S3Remote
+    from kernelflow.flows.optimize import main as optimize
 
     bucket, s3_client = s3
     url = f"s3://{bucket}/nightly"
@@ -198,8 +200,8 @@ def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
 
 def test_b_after_the_cooldown_the_next_write_uploads_the_spool_by_itself(
         s3, proxy, tmp_path: Path, monkeypatch) -> None:
-    from artifacts.mirror import Mirror, MirrorWarning
-    from artifacts.s3 import S3Remote
+    from kernelflow.artifacts.mirror import Mirror, MirrorWarning
+    from kernelflow.artifacts.s3 import S3Remote
 
     bucket, s3_client = s3
     monkeypatch.setattr(S3Remote, "ATTEMPTS", 1)
@@ -325,8 +327,8 @@ ABORT = "__import__('os').abort()  # SIGABRT, as CUDA's fatal-error paths do"
 
 def run_scripted(monkeypatch, tmp_path: Path, sources: list[tuple[str, str]], device: str = "cpu",
                  **kw) -> tuple[Store, str]:
-    from flows.optimize import main as optimize
-    from stages.proposers import PROPOSERS
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.stages.proposers import PROPOSERS
 
     monkeypatch.setitem(PROPOSERS, "scripted", scripted(sources))
     summary = optimize(SILU, budget=len(sources), store=str(tmp_path / "store"), device=device, proposer="scripted",
@@ -429,10 +431,10 @@ def crashing_ncu(tmp_path: Path, where: str) -> Path:
                                            ("import", "`ncu --import` failed (exit -11)")])
 def test_e_ncu_dying_by_sigsegv_gives_no_counters_and_says_why(tmp_path: Path, monkeypatch, where: str,
                                                                 reason: str) -> None:
-    """stages/ncu.py finds ncu by $KERNELFLOW_NCU, then PATH: here a script on PATH that crashes while profiling
+    """stages/measure/ncu.py finds ncu by $KERNELFLOW_NCU, then PATH: here a script on PATH that crashes while profiling
     (leaving half a report) or while reading the report back. The design keeps the profile row "ok" with
     counters="unavailable" and the reason (stages/profile.py), so this is the row the store gets."""
-    from stages import ncu as ncu_stage
+    from kernelflow.stages.measure import ncu as ncu_stage
 
     monkeypatch.delenv("KERNELFLOW_NCU", raising=False)
     monkeypatch.setenv("PATH", f"{crashing_ncu(tmp_path, where).parent}{os.pathsep}{os.environ['PATH']}")
@@ -474,7 +476,7 @@ def test_e_a_profile_stage_that_dies_is_a_failure_row_and_the_search_goes_on(pre
 def test_e_gpu_ncu_crashing_in_a_run_leaves_rows_without_counters_and_the_run_goes_on(prefect_harness,
                                                                                      tmp_path: Path,
                                                                                      monkeypatch) -> None:
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     monkeypatch.setenv("KERNELFLOW_NCU", str(crashing_ncu(tmp_path, "profile")))
     summary = optimize(SILU, budget=2, store=str(tmp_path / "store"), device="cuda", executor="subprocess")

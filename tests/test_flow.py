@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from artifacts.store import Store
+from kernelflow.artifacts.store import Store
 from kernelflow.cli import main as cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ def bench_script():
 
 
 def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     summary = optimize(str(ROOT / "problems" / "17_elementwise_chain.py"), budget=3, store=str(tmp_path),
                        device="cpu")
@@ -62,7 +62,7 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
 
 @pytest.mark.parametrize("strategy", ["mcts", "agents"])
 def test_optimize_flow_with_a_search_strategy(prefect_harness, tmp_path: Path, strategy: str):
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     summary = optimize(str(ROOT / "problems" / "09_silu.py"), budget=5, store=str(tmp_path), device="cpu",
                        executor="inline", profile=False, strategy=strategy)
@@ -74,9 +74,9 @@ def test_optimize_flow_with_a_search_strategy(prefect_harness, tmp_path: Path, s
 def test_compile_is_cached_and_failures_are_rows(prefect_harness, tmp_path: Path):
     from prefect import flow
 
-    from flows.tasks import compile_task
-    from stages.contracts import Candidate, CompileRequest, Origin
-    from stages.problem import load_problem
+    from kernelflow.flows.tasks import compile_task
+    from kernelflow.stages.contracts import Candidate, CompileRequest, Origin
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     problem = load_problem(ROOT / "tests" / "fixtures" / "problems" / "add.py")
     source = (ROOT / "tests" / "fixtures" / "candidates" / "triton_add.py").read_text()
@@ -104,9 +104,9 @@ def test_cached_stage_results_are_not_held_in_memory(prefect_harness, tmp_path: 
 
     from prefect import flow
 
-    from flows.tasks import compile_task
-    from stages.contracts import Candidate, CompileRequest, CompileResult, Origin
-    from stages.problem import load_problem
+    from kernelflow.flows.tasks import compile_task
+    from kernelflow.stages.contracts import Candidate, CompileRequest, CompileResult, Origin
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     problem = load_problem(ROOT / "tests" / "fixtures" / "problems" / "add.py")
     source = (ROOT / "tests" / "fixtures" / "candidates" / "triton_add.py").read_text() + "\n# this test's own\n"
@@ -134,8 +134,8 @@ def test_cached_stage_results_are_not_held_in_memory(prefect_harness, tmp_path: 
 def test_only_infrastructure_faults_are_retried(prefect_harness):
     from prefect import flow, task
 
-    from flows.tasks import infrastructure_only
-    from stages.errors import InfrastructureError
+    from kernelflow.flows.tasks import infrastructure_only
+    from kernelflow.stages.errors import InfrastructureError
 
     calls = {"infra": 0, "other": 0}
 
@@ -158,7 +158,7 @@ def test_only_infrastructure_faults_are_retried(prefect_harness):
 def test_flow_publishes_leaderboard_artifact(prefect_harness, tmp_path: Path):
     from prefect.client.orchestration import get_client
 
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     optimize(str(ROOT / "problems" / "09_silu.py"), budget=1, store=str(tmp_path), device="cpu")
     with get_client(sync_client=True) as client:
@@ -167,7 +167,7 @@ def test_flow_publishes_leaderboard_artifact(prefect_harness, tmp_path: Path):
 
 
 def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_harness, tmp_path: Path):
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     sort = ROOT / "tests" / "fixtures" / "problems" / "sort.py"  # no family renders a sort
     summary = optimize(str(sort), budget=2, store=str(tmp_path), device="cpu")
@@ -179,7 +179,7 @@ def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_
 
 
 def test_a_run_policy_overrides_the_problems_for_every_stage(prefect_harness, tmp_path: Path):
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     summary = optimize(str(ROOT / "problems" / "11_linear_bias_gelu.py"), budget=1, store=str(tmp_path), device="cpu",
                        policy={"allow_vendor_libraries": False})
@@ -192,10 +192,10 @@ def test_the_parents_profile_actions_drive_the_next_proposal(prefect_harness, tm
     """A tool's action on the incumbent's profile reaches the proposer: the next candidate is its parameter move."""
     from types import SimpleNamespace
 
-    from flows.optimize import main as optimize
-    from stages import refine
-    from stages.contracts import Action, Finding
-    from stages.proposers.mutations import apply
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.stages import refine
+    from kernelflow.stages.contracts import Action, Finding
+    from kernelflow.stages.proposers.mutations import apply
 
     def check(ev):  # a tool that always asks for more work per thread, on candidates only
         return [Finding(tool="stub_ilp", severity=0.5, diagnosis="stub", recommendation="stub",
@@ -211,7 +211,7 @@ def test_the_parents_profile_actions_drive_the_next_proposal(prefect_harness, tm
 def test_an_accuracy_failure_is_repaired_with_more_precision(prefect_harness, tmp_path: Path):
     """With nothing verified, a mismatch makes the next proposal its raise_precision move: attention's split_p, here
     against a copy of problems/22 whose tolerance the plain bf16 probabilities miss on CPU and the split ones meet."""
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     source = (ROOT / "problems" / "22_attention_bf16.py").read_text()
     tight = source.replace('TOLERANCE = {"rtol": 2e-2, "atol": 3e-2}', 'TOLERANCE = {"rtol": 6e-3, "atol": 9e-3}')
@@ -229,8 +229,8 @@ def test_an_accuracy_failure_is_repaired_with_more_precision(prefect_harness, tm
 def test_inline_on_cpu_without_the_interpreter_is_refused_with_the_reason(prefect_harness, tmp_path: Path,
                                                                           monkeypatch):
     """Triton reads TRITON_INTERPRET at import: set later in this process it half-works (InterpreterErrors)."""
-    from flows.optimize import main as optimize
-    from stages.errors import KernelflowError
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.stages.errors import KernelflowError
 
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(KernelflowError, match="TRITON_INTERPRET=1"):

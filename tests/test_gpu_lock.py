@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows import gpu_lock as lock_module
+from kernelflow.flows import gpu_lock as lock_module
 
 
 def held_for(store: Path, key: str, seconds: float, monkeypatch: pytest.MonkeyPatch) -> threading.Thread:

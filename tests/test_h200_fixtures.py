@@ -1,7 +1,7 @@
 """The micro-profiling tools on metrics captured from real Nsight Compute runs on the H200.
 
 tests/fixtures/ncu/h200/<entry>.json is written by scripts/capture_ncu_fixtures.py on the GPU machine
-(stages/captured.py: the problem, the candidate, its ptxas/SASS statistics and its profile: time, energy, ncu
+(stages/measure/captured.py: the problem, the candidate, its ptxas/SASS statistics and its profile: time, energy, ncu
 counters per kernel). Here refine runs
 on them exactly as the flow does (class from the counters, the tools that class selects, causes first).
 """
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from stages import captured, refine
-from stages.contracts import Feedback
-from stages.tools import TOOLS, Evidence
+from kernelflow.stages import refine
+from kernelflow.stages.contracts import Feedback
+from kernelflow.stages.measure import captured
+from kernelflow.stages.measure.tools import TOOLS, Evidence
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "ncu" / "h200").glob("*.json"))

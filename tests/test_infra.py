@@ -22,12 +22,12 @@ import pytest
 import yaml
 from prefect.utilities.templating import apply_values, find_placeholders
 
-from artifacts.campaigns import campaigns, entries
-from artifacts.store import Store
-from flows.dispatch import gpu_of, job_variables
-from flows.suite import Dispatch, load_suite
+from kernelflow.artifacts.campaigns import campaigns, entries
+from kernelflow.artifacts.store import Store
 from kernelflow.deploy import NIGHTLY_CRON, load_flow
-from stages.errors import KernelflowError
+from kernelflow.flows.dispatch import gpu_of, job_variables
+from kernelflow.flows.suite import Dispatch, load_suite
+from kernelflow.stages.errors import KernelflowError
 from tests.prefect_server import prefect_server, stop
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stages import generate, static_checks
-from stages.audit import Watch
-from stages.benchmark import _Candidate
-from stages.contracts import (
+from kernelflow.stages import generate
+from kernelflow.stages.benchmark import _Candidate
+from kernelflow.stages.contracts import (
     Backend,
     BenchmarkRequest,
     Candidate,
@@ -26,12 +25,12 @@ from stages.contracts import (
     Policy,
     VerifyRequest,
 )
-from stages.errors import CandidateFault
-from stages.executor import run_stage
-from stages.held_out import held_out, perturb
-from stages.integrity import Guard
-from stages.problem import load_problem
-from stages.timing import (
+from kernelflow.stages.errors import CandidateFault
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.harness import static_checks
+from kernelflow.stages.harness.audit import Watch
+from kernelflow.stages.harness.integrity import Guard
+from kernelflow.stages.measure.timing import (
     MAX_LEAD,
     MAX_SETTLE_LEAD,
     Timer,
@@ -39,6 +38,8 @@ from stages.timing import (
     persisting_l2_bytes,
     reset_persisting_l2,
 )
+from kernelflow.stages.problems.held_out import held_out, perturb
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
@@ -52,7 +53,7 @@ VERIFY_CHEATS = {
     "background_thread": "thread(s) running",
     "raw_thread": "work (started through _thread)",
     "patch_timer": "replaced time.perf_counter_ns",
-    "patch_judge": "replaced stages.compare.error_ratio",
+    "patch_judge": "replaced kernelflow.stages.harness.compare.error_ratio",
     "lazy_subclass": "tensor subclass",
     "memo_inputs": "launched no kernel where its earlier calls",
     "steal_reference": "dispatched no op that computes",
@@ -71,11 +72,11 @@ VERIFY_CHEATS = {
 SUBPROCESS_CHEATS = {"global_hook": "_global_forward_hooks", "aten_override": "ATen operators (aten/_softmax/CPU)"}
 # right while verified, caught only once timed
 BENCHMARK_CHEATS = {
-    "patch_stats": "replaced stages.benchmark.median_ci",
+    "patch_stats": "replaced kernelflow.stages.benchmark.median_ci",
     "replay_pointer": "result replayed by address",
     "batched_launch": "launched no kernel where its earlier calls launched 1",
 }
-# on a GPU the untimed calls queued before each timed one (stages/timing.py SUSTAIN_US) come first
+# on a GPU the untimed calls queued before each timed one (stages/measure/timing.py SUSTAIN_US) come first
 BENCHMARK_CHEATS_CUDA = {**BENCHMARK_CHEATS, "batched_launch": "untimed calls skipped their work"}
 # exploits whose outputs are simply wrong: they fail with the defect's own kind (repairable), never pass
 DEFECTS = {"stale_memory": "nan", "partial": "nan", "all_zero": "all_zero", "wrong": "mismatch"}
@@ -184,7 +185,7 @@ def test_each_static_rule_names_what_it_found(rule: str):
 def test_static_rules_follow_the_policy():
     assert not static_checks.findings(STATIC["precision"], SOFTMAX, Policy(allow_tf32=True))
     assert not static_checks.findings(STATIC["fallback"], SOFTMAX, Policy(allow_torch_compute=True))
-    assert static_checks.findings("from kernelflow.cute import include_dirs", SOFTMAX) == []  # cute's header finder
+    assert static_checks.findings("from kernelflow.stages.backends.cutlass import include_dirs", SOFTMAX) == []  # cute's header finder
 
 
 def test_no_honest_source_breaks_a_static_rule():
@@ -199,8 +200,8 @@ def test_no_honest_source_breaks_a_static_rule():
 
 
 def test_compile_runs_the_static_checks(tmp_path: Path):
-    from stages import compile as compile_stage
-    from stages.contracts import CompileRequest
+    from kernelflow.stages import compile as compile_stage
+    from kernelflow.stages.contracts import CompileRequest
 
     result = compile_stage.run(CompileRequest(candidate=candidate("l2_persist"), problem=SOFTMAX,
                                               workdir=str(tmp_path / "c"), blob_dir=str(tmp_path / "b")))
@@ -241,9 +242,9 @@ class FakeCudaRuntime:
 
 
 def test_untimed_lead_in_calls_that_skip_their_work_are_a_cheat(tmp_path: Path):
-    """The lead-in before each timed call (stages/timing.py SUSTAIN_US) runs on CUDA only; its check is run here on
+    """The lead-in before each timed call (stages/measure/timing.py SUSTAIN_US) runs on CUDA only; its check is run here on
     the CPU, through the same _Candidate, with the interpreter's launches counted."""
-    from stages.candidate import load_model_class
+    from kernelflow.stages.harness.candidate import load_model_class
 
     x = torch.randn(4, 16)
 
@@ -290,7 +291,7 @@ class FakeNvml:
 
 
 def test_the_clock_after_each_timed_call_is_read_and_summarized(monkeypatch: pytest.MonkeyPatch):
-    from stages.timing import clock_summary, nvml_clock
+    from kernelflow.stages.measure.timing import clock_summary, nvml_clock
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     read = nvml_clock(FakeNvml(1515, 0x4 | 0x1))
@@ -306,7 +307,7 @@ def test_persisting_l2_is_read_reset_and_a_set_aside_is_a_cheat(tmp_path: Path):
     assert persisting_l2_bytes(runtime) == 32 << 20
     reset_persisting_l2(runtime)
     assert (persisting_l2_bytes(runtime), runtime.resets) == (0, 1)
-    import stages.timing as timing
+    import kernelflow.stages.measure.timing as timing
 
     saved = timing._runtime[:]  # on a GPU the real runtime may be loaded already: the fake stands in for it
     timing._runtime[:] = [FakeCudaRuntime(limit=1 << 20)]  # as if a candidate had set one aside on a GPU
@@ -331,12 +332,12 @@ def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path, 
     assert watch.may_write(str(tmp_path / "work" / "scratch.bin"))
     assert not watch.may_write(str(tmp_path / "work" / "verify.result.json"))  # the stage's own result
     assert not watch.may_write(str(tmp_path / "work" / "verify.log"))
-    # but a log below it is the candidate's: Triton's ptxas log in the stage's temp dir (stages/sandbox.py puts it
+    # but a log below it is the candidate's: Triton's ptxas log in the stage's temp dir (stages/executors/sandbox.py puts it
     # in the work dir; on the H200 every Triton candidate in a subprocess stage was called a cheat for it)
     assert watch.may_write(str(tmp_path / "work" / "verify.tmp" / "tmp2h4s4x5j.log"))
     assert not watch.may_write(str(tmp_path / "elsewhere.txt"))
     assert not watch.may_write(str(Path.home() / ".bashrc"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the sandbox sets it (stages/sandbox.py)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # the sandbox sets it (stages/executors/sandbox.py)
     assert Watch(tmp_path / "work").may_write(str(tmp_path / "inductor" / "fxgraph" / "entry"))
 
 

@@ -5,8 +5,8 @@ parameter)."""
 
 from pathlib import Path
 
-from stages.contracts import BenchmarkRequest, Candidate, Origin, VerifyRequest
-from stages.executor import run_stage
+from kernelflow.stages.contracts import BenchmarkRequest, Candidate, Origin, VerifyRequest
+from kernelflow.stages.executors.run import run_stage
 from tests.test_integrity import SOFTMAX, bench, needs_gpu, verify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ def test_work_hidden_on_a_side_stream_is_a_cheat(tmp_path: Path):
 
 def test_untimed_calls_that_skip_their_work_are_a_cheat(tmp_path: Path):
     """Right on every call that follows a new input, so verification and the timed calls see nothing; the lead-in
-    queued before each timed call (stages/timing.py SUSTAIN_US) is where it skips its work."""
+    queued before each timed call (stages/measure/timing.py SUSTAIN_US) is where it skips its work."""
     assert verify("cool_lead_in", tmp_path / "v", trials=1, device="cuda").status == "ok"
     result = bench("cool_lead_in", tmp_path, "cuda")
     assert result.failure_kind == "cheat" and "untimed calls skipped their work" in result.message, result.message

@@ -1,5 +1,5 @@
 """The templates' lean launch (stages/templates/launch.py) and the launch census at Triton's launcher
-(stages/launches.py). The key is checked against Triton's own specialization on the CPU, and so is the census of a
+(stages/harness/launches.py). The key is checked against Triton's own specialization on the CPU, and so is the census of a
 direct launcher call. The launch itself runs on a GPU only: in a child process with compiled Triton (skipped
 without CUDA)."""
 
@@ -17,10 +17,11 @@ import pytest
 import torch
 import triton
 
-from stages import generate, launches
-from stages.contracts import GenerateRequest
-from stages.problem import load_problem
-from stages.templates import launch
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import GenerateRequest
+from kernelflow.stages.harness import launches
+from kernelflow.stages.problems.kernelbench import load_problem
+from kernelflow.stages.templates import launch
 from tests.test_integrity import needs_gpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,8 +98,8 @@ def test_replacing_the_census_at_the_launcher_is_a_cheat(tmp_path: Path) -> None
     uncounted launcher back is named, and the census is put back."""
     from triton.compiler.compiler import CompiledKernel
 
-    from stages.errors import CandidateFault
-    from stages.integrity import Guard
+    from kernelflow.stages.errors import CandidateFault
+    from kernelflow.stages.harness.integrity import Guard
 
     guard = Guard(tmp_path, "import triton")
     counted = vars(CompiledKernel)["run"]

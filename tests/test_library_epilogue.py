@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from stages import compile as compile_stage
-from stages import generate
-from stages.contracts import (
+from kernelflow.stages import compile as compile_stage
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import (
     Candidate,
     CompileRequest,
     GenerateRequest,
@@ -18,11 +18,11 @@ from stages.contracts import (
     Problem,
     VerifyRequest,
 )
-from stages.executor import run_stage
-from stages.problem import import_problem, load_problem
-from stages.templates import TEMPLATES
-from stages.templates.lowering import trace
-from stages.templates.program import TemplateMismatch
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem
+from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates.lowering import trace
+from kernelflow.stages.templates.program import TemplateMismatch
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY = TEMPLATES["library_epilogue"]

@@ -1,12 +1,12 @@
 """The library policy: verify's census lets kernels, allocation, views and copies run, cuBLAS/cuDNN only when the
-policy allows it, and fails a forward that computes with torch ops (stages/library_policy.py)."""
+policy allows it, and fails a forward that computes with torch ops (stages/harness/library_policy.py)."""
 
 from pathlib import Path
 
-from artifacts.blobs import blob_path
-from stages.contracts import Candidate, Origin, Policy, Problem, VerifyRequest, VerifyResult
-from stages.executor import run_stage
-from stages.problem import load_problem
+from kernelflow.artifacts.blobs import blob_path
+from kernelflow.stages.contracts import Candidate, Origin, Policy, Problem, VerifyRequest, VerifyResult
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")

@@ -10,8 +10,8 @@ from email.utils import formatdate
 import openai
 import pytest
 
-from stages.llm import client
-from stages.llm.client import LLMBudget, LLMError, LLMReply, LLMSettings, complete
+from kernelflow.stages.llm import client
+from kernelflow.stages.llm.client import LLMBudget, LLMError, LLMReply, LLMSettings, complete
 from tests.fake_openai import FakeOpenAI, Scripted
 
 KEY = "sk-fake-0123456789-do-not-leak"

@@ -69,7 +69,7 @@ def _tables(store: Path) -> dict[str, pd.DataFrame]:
 
 
 def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     script = [Scripted(content=KERNEL), Scripted(content="`tl.sigmoidd` does not exist."), Scripted(content=FIX),
               Scripted(content=WRONG), Scripted(content="The + 0.01 changes every output."),
@@ -96,8 +96,8 @@ def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, t
 
 
 def test_replies_without_code_and_failed_calls_are_recorded_and_stop_the_run(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from flows.optimize import main as optimize
-    from stages.llm import client
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.stages.llm import client
 
     script = [Scripted(content="I would use a fused kernel."), Scripted(content="```python\nimport torch\n",
                                                                          finish_reason="length"),
@@ -114,7 +114,7 @@ def test_replies_without_code_and_failed_calls_are_recorded_and_stop_the_run(pre
 
 
 def test_the_token_budget_stops_the_run(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     with FakeOpenAI([Scripted(content=KERNEL, usage=(900, 300))]) as server:
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
@@ -126,8 +126,8 @@ def test_the_token_budget_stops_the_run(prefect_harness, tmp_path: Path, monkeyp
 
 def test_stage_processes_get_no_secrets(monkeypatch, tmp_path: Path) -> None:
     """Candidate code runs in stage processes: their environment has no API keys, tokens or cloud credentials."""
-    from stages.contracts import StageRequest
-    from stages.executor import stage_env
+    from kernelflow.stages.contracts import StageRequest
+    from kernelflow.stages.executors.run import stage_env
 
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "DB_PASSWORD",
                  "PREFECT_API_KEY"):
@@ -138,7 +138,7 @@ def test_stage_processes_get_no_secrets(monkeypatch, tmp_path: Path) -> None:
 
 
 def test_no_model_is_a_clear_stop_not_a_crash(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     monkeypatch.delenv("KERNELFLOW_LLM_MODEL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from stages.llm.parse import ReplyError, parse_reply, repair
+from kernelflow.stages.llm.parse import ReplyError, parse_reply, repair
 
 TRITON_MODULE = """import torch
 import torch.nn as nn

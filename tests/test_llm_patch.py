@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from stages.llm.patch import PatchError, apply_search_replace, apply_unified_diff, fenced_blocks, find_patch
+from kernelflow.stages.llm.patch import (
+    PatchError,
+    apply_search_replace,
+    apply_unified_diff,
+    fenced_blocks,
+    find_patch,
+)
 
 PARENT = """import torch
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.blobs import get_bytes
-from stages import compile as compile_stage
-from stages.contracts import Candidate, CompileRequest, Origin, Problem, VerifyRequest
-from stages.executor import run_stage
-from stages.problem import import_problem, load_problem
-from stages.roofline import count_work
-from stages.templates import TEMPLATES
-from stages.templates.lowering import trace
-from stages.templates.program import Plan, TemplateMismatch
+from kernelflow.artifacts.blobs import get_bytes
+from kernelflow.stages import compile as compile_stage
+from kernelflow.stages.contracts import Candidate, CompileRequest, Origin, Problem, VerifyRequest
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.measure.roofline import count_work
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem
+from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates.lowering import trace
+from kernelflow.stages.templates.program import Plan, TemplateMismatch
 from tests.test_proposer_builtin import assert_matches
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Mutations: each tool's action moves the parameters it can express, within bounds; the rest say why not."""
 
-from stages.contracts import Action
-from stages.proposers.mutations import apply, explore, why_not
+from kernelflow.stages.contracts import Action
+from kernelflow.stages.proposers.mutations import apply, explore, why_not
 
 MATMUL = {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 8, "num_stages": 3}
 ROWWISE = {"num_warps": 8, "max_block_d": 16384, "min_tile": 4096}
@@ -61,9 +61,9 @@ def test_explore_gives_every_in_bounds_neighbour():
 def test_the_proposer_tries_the_parents_actions_first():
     from pathlib import Path
 
-    from stages import generate
-    from stages.contracts import GenerateRequest
-    from stages.problem import load_problem
+    from kernelflow.stages import generate
+    from kernelflow.stages.contracts import GenerateRequest
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "09_silu.py")
     parent = generate.run(GenerateRequest(problem=problem, n=1)).candidates[0]

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from stages import ncu as ncu_stage
-from stages.contracts import Candidate, Origin, ProfileRequest
-from stages.problem import load_problem
+from kernelflow.stages.contracts import Candidate, Origin, ProfileRequest
+from kernelflow.stages.measure import ncu as ncu_stage
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")

@@ -1,6 +1,6 @@
 """Speed first; energy breaks ties inside the noise band; missing energy never decides."""
 
-from stages.objective import Measured, compare
+from kernelflow.stages.measure.objective import Measured, compare
 
 
 def m(median: float, half: float, energy: float | None = None) -> Measured:

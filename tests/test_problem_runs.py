@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from artifacts import tables
-from artifacts.problem_runs import COMPLETE, TABLE, index, partition, runs_of
-from artifacts.store import Store
-from stages.contracts import BenchmarkResult, RunRecord
+from kernelflow.artifacts import tables
+from kernelflow.artifacts.problem_runs import COMPLETE, TABLE, index, partition, runs_of
+from kernelflow.artifacts.store import Store
+from kernelflow.stages.contracts import BenchmarkResult, RunRecord
 
 
 def parts_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from stages.errors import ProblemError
-from stages.problem import check_runs, load_problem
+from kernelflow.stages.errors import ProblemError
+from kernelflow.stages.problems.kernelbench import check_runs, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITE = sorted((ROOT / "problems").glob("*.py"))

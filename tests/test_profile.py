@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from stages import generate, profile
-from stages.contracts import Candidate, GenerateRequest, Origin, ProfileRequest
-from stages.executor import run_stage
-from stages.problem import load_problem
+from kernelflow.stages import generate, profile
+from kernelflow.stages.contracts import Candidate, GenerateRequest, Origin, ProfileRequest
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.measure import subject
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
@@ -56,9 +57,9 @@ def test_a_baseline_is_profiled_without_a_candidate(tmp_path: Path):
     assert (result.status, result.candidate_id, result.contender, result.bound) == ("ok", "eager", "eager", "memory")
     assert "baseline eager not run on CPU" in result.message
     w = SOFTMAX.cpu_workloads[0]
-    eager, inputs = profile.instance(req, w, "cpu")
+    eager, inputs = subject.instance(req, w, "cpu")
     assert type(eager).__name__ == "Model" and eager(*inputs).shape == inputs[0].shape
-    compiled, _ = profile.instance(req.model_copy(update={"contender": "compile"}), w, "cpu")
+    compiled, _ = subject.instance(req.model_copy(update={"contender": "compile"}), w, "cpu")
     assert type(compiled).__name__ == "OptimizedModule" and compiled._orig_mod is not eager  # torch.compile(reference)
 
 

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from flows import run as run_module
-from flows.run import profile_promoted, weakest_workload
-from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
-from stages.problem import load_problem
+from kernelflow.flows import run as run_module
+from kernelflow.flows.run import profile_promoted, weakest_workload
+from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 PROV = Provenance(device="cuda", device_name="NVIDIA H200", torch="2.11", python="3.12", hostname="h",

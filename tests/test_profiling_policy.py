@@ -1,7 +1,7 @@
 """Delayed profiling: promoted simple kernels now, complex ones once their structure has settled."""
 
-from stages.contracts import Candidate, CompileResult, KernelBinary, Origin
-from stages.profiling_policy import ProfilingPolicy, should_profile, structure
+from kernelflow.stages.contracts import Candidate, CompileResult, KernelBinary, Origin
+from kernelflow.stages.measure.profiling_policy import ProfilingPolicy, should_profile, structure
 
 
 def cand(kernels: list[str], lines: int = 20) -> tuple[Candidate, CompileResult]:

@@ -9,7 +9,7 @@ import jinja2
 import pytest
 import torch
 
-from stages.contracts import (
+from kernelflow.stages.contracts import (
     BenchmarkRequest,
     Candidate,
     Failure,
@@ -17,9 +17,9 @@ from stages.contracts import (
     Origin,
     VerifyRequest,
 )
-from stages.executor import run_stage
-from stages.llm.prompts import EXAMPLES, PROMPTS, messages, render
-from stages.problem import load_problem
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.llm.prompts import EXAMPLES, PROMPTS, messages, render
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROBLEMS = {"triton_softmax.py": "01_softmax", "cuda_silu.py": "09_silu",

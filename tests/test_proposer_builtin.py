@@ -13,13 +13,13 @@ import pytest
 import torch
 import triton
 
-from stages import generate
-from stages.candidate import load_model_class
-from stages.contracts import Candidate, GenerateRequest, Origin, Problem
-from stages.problem import import_problem, load_problem, workload_call
-from stages.templates import TEMPLATES
-from stages.templates.lowering import trace
-from stages.templates.program import TemplateMismatch
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import Candidate, GenerateRequest, Origin, Problem
+from kernelflow.stages.harness.candidate import load_model_class
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem, workload_call
+from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates.lowering import trace
+from kernelflow.stages.templates.program import TemplateMismatch
 
 PROBLEMS = sorted(Path(__file__).resolve().parents[1].glob("problems/*.py"))
 COVERED = {"01_softmax", "02_log_softmax", "03_layernorm", "04_rmsnorm", "05_gelu_tanh", "06_row_mean", "07_row_max",
@@ -160,8 +160,8 @@ def test_elementwise_full_blocks_load_four_floats_at_once_on_sm90(tmp_path: Path
 def test_resident_rows_up_to_32768_get_warps_enough_for_32_elements_a_thread() -> None:
     """The default variant keeps 15's 28672-wide GPU row resident on 32 warps (on the H200: 650 us, 707 on 16 warps,
     754-854 looped); rows of 8192 keep the variant's own warps (8 or 16), and the scan family has no such floor."""
-    from stages.templates import rowwise
-    from stages.templates.rows import resident_warps
+    from kernelflow.stages.templates import rowwise
+    from kernelflow.stages.templates.rows import resident_warps
 
     def warps(block_d: int, num_warps: int, per_thread: int | None = rowwise.PER_THREAD) -> int:
         return eval(resident_warps("block_d", num_warps, per_thread), {"block_d": block_d})

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from stages.classify import classify, classify_counters
-from stages.contracts import KernelBinary
-from stages.refine import RefineRequest, run
-from stages.sass import sass_stats
-from stages.tools import TOOLS, select
+from kernelflow.stages.backends.sass import sass_stats
+from kernelflow.stages.contracts import KernelBinary
+from kernelflow.stages.measure.bottleneck import bound_of, counters_bound
+from kernelflow.stages.measure.tools import TOOLS, select
+from kernelflow.stages.refine import RefineRequest, run
 from tests.test_tools import FIRES, H200, evidence, work
 
 SNIPPET = """
@@ -108,21 +108,21 @@ def test_request_round_trips_as_json():
 def test_counters_decide_the_class(dram, sm, bound):
     ev = evidence({"dram__throughput.avg.pct_of_peak_sustained_elapsed": dram,
                    "sm__throughput.avg.pct_of_peak_sustained_elapsed": sm})
-    assert classify(ev.profile, ev.work, H200) == (bound, "counters")
+    assert bound_of(ev.profile, ev.work, H200) == (bound, "counters")
 
 
 def test_short_call_is_latency_bound_and_no_counters_fall_back_to_analytic():
     ev = evidence()
-    assert ev.profile is not None and classify_counters(ev.profile, H200) == "memory"
-    assert classify_counters(ev.profile.model_copy(update={"time_us": 8.0}), H200) == "latency"
+    assert ev.profile is not None and counters_bound(ev.profile, H200) == "memory"
+    assert counters_bound(ev.profile.model_copy(update={"time_us": 8.0}), H200) == "latency"
     off = ev.profile.model_copy(update={"counters": "unavailable", "kernels": []})
-    assert classify(off, work(), H200) == ("memory", "analytic") and classify(off, None, None) == (None, None)
+    assert bound_of(off, work(), H200) == ("memory", "analytic") and bound_of(off, None, None) == (None, None)
 
 
 def test_evidence_from_stage_results_lets_counters_decide_the_class():
-    from stages.contracts import Candidate, KernelProfile, Origin, ProfileResult
-    from stages.problem import load_problem
-    from stages.refine import evidence as gather
+    from kernelflow.stages.contracts import Candidate, KernelProfile, Origin, ProfileResult
+    from kernelflow.stages.measure.tools import evidence as gather
+    from kernelflow.stages.problems.kernelbench import load_problem
 
     problem = load_problem(Path(__file__).parent.parent / "problems" / "01_softmax.py")
     cand = Candidate.make(problem.id, "triton", "src", Origin(kind="builtin", proposer="rowwise"))

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from artifacts import analysis
-from artifacts.leaderboard import leaderboard
-from artifacts.store import Store
+from kernelflow.artifacts import analysis
+from kernelflow.artifacts.leaderboard import leaderboard
+from kernelflow.artifacts.report import STYLE, report, roofline_figure
+from kernelflow.artifacts.store import Store
 from kernelflow.cli import main as cli
-from kernelflow.report import STYLE, report, roofline_figure
-from stages.contracts import ProfileResult
+from kernelflow.stages.contracts import ProfileResult
 from tests.browser import browser, watch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ H200_PROFILES = sorted((ROOT / "bench" / "profiles").glob("*.json"))
 def campaign(prefect_harness, tmp_path_factory) -> tuple[Store, list[str], str]:
     """Two optimize runs, two strategies: 09_silu under the ladder (rungs), 17 under greedy; and a wrong softmax
     judged by `kernelflow verify` (a run of one rejected candidate, with no run record)."""
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     root = tmp_path_factory.mktemp("campaign")
     ids = [optimize(str(ROOT / "problems" / name), budget=budget, store=str(root), device="cpu", executor="inline",

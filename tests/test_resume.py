@@ -10,15 +10,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from artifacts.store import Store
+from kernelflow.artifacts.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 SILU = str(ROOT / "problems" / "09_silu.py")
 
 
 def test_a_run_killed_mid_candidate_resumes_where_it_stopped(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    import flows.optimize as flow
-    from flows.run import compile_step
+    import kernelflow.flows.optimize as flow
+    from kernelflow.flows.run import compile_step
 
     real, calls = flow.evaluate, []
 
@@ -49,8 +49,8 @@ def test_a_run_killed_mid_candidate_resumes_where_it_stopped(prefect_harness, tm
 def test_a_resumed_run_keeps_what_it_spent_of_its_budgets(prefect_harness, tmp_path: Path) -> None:
     """Device seconds and LLM tokens spent before the stop count against the same budgets after the resume: with
     exactly that much allowed, the resumed run evaluates nothing more (before, both started again from zero)."""
-    from flows.optimize import main as optimize
-    from stages.contracts import LLMCall
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.stages.contracts import LLMCall
 
     first = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False)
     run_id, store = first["run_id"], Store(str(tmp_path))
@@ -66,7 +66,7 @@ def test_a_resumed_run_keeps_what_it_spent_of_its_budgets(prefect_harness, tmp_p
 
 
 def test_a_warm_start_evaluates_the_last_best_first(prefect_harness, tmp_path: Path) -> None:
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     first = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False)
     second = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False,
@@ -79,10 +79,10 @@ def test_a_warm_start_outside_a_campaign_reads_the_problems_own_runs_however_man
         tmp_path: Path, monkeypatch) -> None:
     """last_best without a run id finds the problem's runs in its problem_runs partition and reads theirs alone: no
     table whole, and no more parts with twice as many runs of another problem in the store."""
-    from artifacts.problem_runs import COMPLETE, index, partition
-    from flows.resume import last_best
-    from stages.contracts import Candidate, Origin, RunRecord
-    from stages.problem import load_problem
+    from kernelflow.artifacts.problem_runs import COMPLETE, index, partition
+    from kernelflow.flows.resume import last_best
+    from kernelflow.stages.contracts import Candidate, Origin, RunRecord
+    from kernelflow.stages.problems.kernelbench import load_problem
     from tests.test_campaign import recording
     from tests.test_problem_runs import parts_read
 
@@ -122,9 +122,9 @@ def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harn
     """optimize(run_id=R) when the store already has run R (Prefect running the same flow run again after a crash,
     with the same parameters) resumes R: one run, one problem row, no candidate recorded twice, the interrupted one
     evaluated; once more after it finished, still one run and nothing evaluated again."""
-    import flows.optimize as flow
-    from flows.run import compile_step
-    from stages.errors import KernelflowError
+    import kernelflow.flows.optimize as flow
+    from kernelflow.flows.run import compile_step
+    from kernelflow.stages.errors import KernelflowError
 
     run_id = "20261201T020000-09_silu-abc123"
     real, calls = flow.evaluate, []
@@ -173,7 +173,7 @@ def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harn
 
 
 def test_a_fresh_run_id_is_a_safe_name_whatever_the_problems_file_is_called() -> None:
-    from flows.run import RUN_ID, checked_run_id, new_run_id
+    from kernelflow.flows.run import RUN_ID, checked_run_id, new_run_id
 
     assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", new_run_id("09_silu"))
     for stem in ("my problem (v2)", "ü", "x" * 300, "a=b"):

@@ -5,10 +5,18 @@ from pathlib import Path
 
 import pytest
 
-from stages.contracts import Policy
-from stages.peaks import KNOWN_PEAKS, peaks_for
-from stages.problem import load_problem
-from stages.roofline import Work, classify, count_work, sol_floor_us, sol_fraction, sol_score
+from kernelflow.stages.contracts import Policy
+from kernelflow.stages.measure.ceilings import peaks_for
+from kernelflow.stages.measure.peaks import KNOWN_PEAKS
+from kernelflow.stages.measure.roofline import (
+    Work,
+    analytic_bound,
+    count_work,
+    sol_floor_us,
+    sol_fraction,
+    sol_score,
+)
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = KNOWN_PEAKS["NVIDIA H200"]
@@ -118,12 +126,12 @@ def test_tf32_policy_lowers_an_fp32_matmul_floor(tmp_path):
 
 
 def test_classes_memory_compute_latency(tmp_path):
-    assert classify(work_of(tmp_path, SOFTMAX, "sm", "gpu"), H200) == "memory"
+    assert analytic_bound(work_of(tmp_path, SOFTMAX, "sm", "gpu"), H200) == "memory"
     bf16 = work_of(tmp_path, MATMUL.format(dtype="torch.bfloat16"), "mm16", "gpu")
-    assert bf16.tensor_core_eligible and classify(bf16, H200) == "compute"
+    assert bf16.tensor_core_eligible and analytic_bound(bf16, H200) == "compute"
     assert math.isclose(sol_floor_us(bf16, H200), 2 * 8192**3 / 7.88e14 * 1e6)
-    assert classify(work_of(tmp_path, SOFTMAX, "sm", "cpu"), H200) == "latency"
-    assert classify(bf16, H200, time_us=3.0) == "latency"
+    assert analytic_bound(work_of(tmp_path, SOFTMAX, "sm", "cpu"), H200) == "latency"
+    assert analytic_bound(bf16, H200, time_us=3.0) == "latency"
 
 
 def test_sol_score_and_fraction():

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from artifacts.mirror import MirrorWarning
-from artifacts.s3 import S3Remote
-from artifacts.store import Store
+from kernelflow.artifacts.mirror import MirrorWarning
+from kernelflow.artifacts.s3 import S3Remote
+from kernelflow.artifacts.store import Store
 from tests.s3_fixtures import candidate, checked, keys
 
 ROOT = Path(__file__).resolve().parent.parent

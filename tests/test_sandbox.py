@@ -1,4 +1,4 @@
-"""The subprocess executor's sandbox (stages/sandbox.py), seen from inside: probes run as candidate code in a stage
+"""The subprocess executor's sandbox (stages/executors/sandbox.py), seen from inside: probes run as candidate code in a stage
 process (tests/sandbox_stage.py: no static checks, no audit hook, as for a candidate that evades them) and report what
 they could do. Network isolation needs unprivileged user namespaces; where this machine has none, the network test
 checks that the record says so, then skips."""
@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from stages import executor, sandbox
-from stages.contracts import Candidate, Origin, VerifyRequest
-from stages.errors import InfrastructureError
-from stages.executor import run_stage
-from stages.sandbox import Probe, Sandbox
+from kernelflow.stages.contracts import Candidate, Origin, VerifyRequest
+from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors import run as executor
+from kernelflow.stages.executors import sandbox
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.executors.sandbox import Probe, Sandbox
 from tests.sandbox_stage import ProbeRequest
 from tests.test_verify import FIXTURES, SOFTMAX, TORCH_COMPUTE
 
@@ -173,7 +174,7 @@ def test_without_namespaces_the_record_says_so_and_required_isolation_fails(tmp_
 
 def test_the_probe_says_why_when_the_kernel_refuses_a_namespace():
     """In a user namespace that may create no further ones, the probe's child reports the failed step."""
-    refuse = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" -m stages.sandbox"
+    refuse = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" -m kernelflow.stages.executors.sandbox"
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-Ur", "true"]).returncode != 0:
         pytest.skip("no `unshare -Ur` here to build a namespace that refuses others")
     root = str(Path(__file__).resolve().parent.parent)

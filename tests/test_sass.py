@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from stages.compile import run
-from stages.contracts import Candidate, CompileRequest, Origin
-from stages.harvest import find_tool
-from stages.problem import load_problem
-from stages.sass import SassStats, sass_stats
+from kernelflow.stages.backends.harvest import find_tool
+from kernelflow.stages.backends.sass import SassStats, sass_stats
+from kernelflow.stages.compile import run
+from kernelflow.stages.contracts import Candidate, CompileRequest, Origin
+from kernelflow.stages.problems.kernelbench import load_problem
 
 FIXTURES = Path(__file__).parent / "fixtures"
 needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="no nvcc: CUDA compiles cannot run")

@@ -8,14 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from stages import compile as compile_stage
-from stages import generate
-from stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, Problem, VerifyRequest
-from stages.executor import run_stage
-from stages.problem import import_problem, load_problem, workload_call
-from stages.templates import TEMPLATES
-from stages.templates.lowering import trace
-from stages.templates.program import TemplateMismatch
+from kernelflow.stages import compile as compile_stage
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import (
+    Candidate,
+    CompileRequest,
+    GenerateRequest,
+    Origin,
+    Problem,
+    VerifyRequest,
+)
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem, workload_call
+from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates.lowering import trace
+from kernelflow.stages.templates.program import TemplateMismatch
 from tests.test_proposer_builtin import assert_matches
 
 ROOT = Path(__file__).resolve().parents[1]

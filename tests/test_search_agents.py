@@ -8,16 +8,16 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from flows.search import STRATEGIES
-from flows.search.agents import Agent, Agents, Board, guard, roster
-from flows.search.protocol import Expansion
-from stages.contracts import Candidate, Failure, FailureKind, Origin, Policy
+from kernelflow.flows.search import STRATEGIES
+from kernelflow.flows.search.agents import Agent, Agents, Board, guard, roster
+from kernelflow.flows.search.protocol import Expansion
+from kernelflow.stages.contracts import Candidate, Failure, FailureKind, Origin, Policy
 
 FOUR = ["fusion", "tiling_tensor_cores", "memory_layout", "library_configuration"]
 
 
 class FakeRun:
-    """What a strategy reads and writes of flows.run.Run, without Prefect or a store."""
+    """What a strategy reads and writes of kernelflow.flows.run.Run, without Prefect or a store."""
 
     def __init__(self, dtype: str = "float32", allow_tf32: bool = False):
         self.problem = SimpleNamespace(dtype=dtype, policy=Policy(allow_tf32=allow_tf32))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from flows.search.ladder import FLOOR, accept, band, prune, verdict
-from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
-from stages.problem import load_problem
+from kernelflow.flows.search.ladder import FLOOR, accept, band, prune, verdict
+from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SILU = ROOT / "problems" / "09_silu.py"
@@ -109,7 +109,7 @@ def test_a_close_call_within_the_floor_never_reaches_rung_3(monkeypatch):
     """Ladder.evaluate on fake calls: rung 3's precise benchmark call only for the close call beyond the floor."""
     from types import SimpleNamespace
 
-    from flows.search import ladder
+    from kernelflow.flows.search import ladder
 
     incumbent, inc_candidate = both(50.0, 0.004), user(1)
     at_rung_2 = {"within": both(49.0, 0.004), "noisy": both(48.0, 0.07)}
@@ -150,9 +150,9 @@ def user(kernel_launches: int, parent_id: str | None = None) -> Candidate:
 
 def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
     """The builtin proposer's candidates, and for the second proposal a deliberately slow child of the incumbent."""
-    from flows.optimize import main as optimize
-    from stages import generate
-    from stages.contracts import GenerateResult
+    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.stages import generate
+    from kernelflow.stages.contracts import GenerateResult
 
     real, slow = generate.run, user(100)
 
@@ -179,7 +179,7 @@ def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
     bench = importlib.util.spec_from_file_location("bench_search", ROOT / "scripts" / "bench_search.py")
     module = importlib.util.module_from_spec(bench)
     bench.loader.exec_module(module)
-    from artifacts.store import Store
+    from kernelflow.artifacts.store import Store
 
     row = module.summarize(Store(tmp_path), summary["run_id"])
     assert row["best_speedup_vs_eager"] == summary["best_speedup_vs_eager"] and row["device_s"] > 0
@@ -189,11 +189,11 @@ def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
 def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_path: Path):
     from prefect import flow
 
-    from artifacts.leaderboard import leaderboard
-    from artifacts.store import Store
-    from flows.run import Run
-    from flows.search.ladder import Ladder
-    from stages.profiling_policy import ProfilingPolicy
+    from kernelflow.artifacts.leaderboard import leaderboard
+    from kernelflow.artifacts.store import Store
+    from kernelflow.flows.run import Run
+    from kernelflow.flows.search.ladder import Ladder
+    from kernelflow.stages.measure.profiling_policy import ProfilingPolicy
 
     problem = load_problem(SILU)
     fast, slow = user(1), user(100)

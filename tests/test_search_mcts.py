@@ -8,14 +8,14 @@ import json
 import math
 from typing import Any
 
-from flows.search import STRATEGIES
-from flows.search.mcts import LESSONS, ROOT, Mcts, Tree
-from flows.search.protocol import Expansion
-from stages.contracts import Candidate, Failure, FailureKind, Origin
+from kernelflow.flows.search import STRATEGIES
+from kernelflow.flows.search.mcts import LESSONS, ROOT, Mcts, Tree
+from kernelflow.flows.search.protocol import Expansion
+from kernelflow.stages.contracts import Candidate, Failure, FailureKind, Origin
 
 
 class FakeRun:
-    """What a strategy reads and writes of flows.run.Run, without Prefect or a store."""
+    """What a strategy reads and writes of kernelflow.flows.run.Run, without Prefect or a store."""
 
     def __init__(self, proposer: str = "builtin"):
         self.proposer = proposer

@@ -16,14 +16,14 @@ import pytest
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-import flows.run
-from artifacts.store import Store
-from flows.resume import restore
-from flows.run import Run, compile_step
-from flows.search.agents import Agents
-from flows.search.protocol import Budgets, search
-from stages.backends import result
-from stages.contracts import (
+import kernelflow.flows.run
+from kernelflow.artifacts.store import Store
+from kernelflow.flows.resume import restore
+from kernelflow.flows.run import Run, compile_step
+from kernelflow.flows.search.agents import Agents
+from kernelflow.flows.search.protocol import Budgets, search
+from kernelflow.stages.backends import result
+from kernelflow.stages.contracts import (
     BenchmarkResult,
     Candidate,
     CompileRequest,
@@ -33,10 +33,10 @@ from stages.contracts import (
     LLMCall,
     Origin,
 )
-from stages.errors import StopSearch
-from stages.problem import load_problem
-from stages.profiling_policy import ProfilingPolicy
-from stages.proposers import PROPOSERS
+from kernelflow.stages.errors import StopSearch
+from kernelflow.stages.measure.profiling_policy import ProfilingPolicy
+from kernelflow.stages.problems.kernelbench import load_problem
+from kernelflow.stages.proposers import PROPOSERS
 
 SILU = Path(__file__).resolve().parent.parent / "problems" / "09_silu.py"
 
@@ -98,7 +98,7 @@ def recorder(monkeypatch) -> Recorder:
             rec.compiles.append((req.candidate.id, start, time.monotonic()))
         return result(req, status="failed" if failed else "ok", failure_kind="compile_error" if failed else None)
 
-    monkeypatch.setattr(flows.run, "compile_task", fake_compile)
+    monkeypatch.setattr(kernelflow.flows.run, "compile_task", fake_compile)
     return rec
 
 

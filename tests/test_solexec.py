@@ -1,4 +1,4 @@
-"""SOL-ExecBench definitions as problems (stages/solexec.py): a definition folder translates into a problem module that
+"""SOL-ExecBench definitions as problems (stages/problems/solexec.py): a definition folder translates into a problem module that
 loads, validates and runs on every workload; verify judges candidates against it; malformed definitions are refused
 with the file and the reason; a campaign suite takes a definition as an entry."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stages.errors import ProblemError
-from stages.problem import check_runs, import_problem, load_problem, workload_call
-from stages.solexec import resolve, translate
+from kernelflow.stages.errors import ProblemError
+from kernelflow.stages.problems.kernelbench import check_runs, import_problem, load_problem, workload_call
+from kernelflow.stages.problems.solexec import resolve, translate
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "solexec"
@@ -134,10 +134,10 @@ def test_problems_validate_reads_definition_folders(tmp_path: Path, capsys: pyte
 
 
 def test_a_suite_runs_a_solexec_entry_through_the_campaign(prefect_harness, tmp_path: Path):
-    from artifacts.campaigns import entries
-    from artifacts.store import Store
-    from flows.campaign import campaign
-    from flows.suite import load_suite
+    from kernelflow.artifacts.campaigns import entries
+    from kernelflow.artifacts.store import Store
+    from kernelflow.flows.campaign import campaign
+    from kernelflow.flows.suite import load_suite
 
     broken = broken_copy(tmp_path, MALFORMED["missing field 'reference'"])
     suite_file = tmp_path / "suite.yaml"

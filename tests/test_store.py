@@ -5,10 +5,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from artifacts import tables
-from artifacts.blobs import put_bytes
-from artifacts.store import Store
-from stages.contracts import Candidate, Origin, Provenance, Timing, VerifyResult
+from kernelflow.artifacts import tables
+from kernelflow.artifacts.blobs import put_bytes
+from kernelflow.artifacts.store import Store
+from kernelflow.stages.contracts import Candidate, Origin, Provenance, Timing, VerifyResult
 
 
 def test_rows_round_trip_through_parquet(tmp_path: Path):

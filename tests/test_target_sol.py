@@ -1,4 +1,4 @@
-"""Stop at a target SOL fraction (stages/sol_target.py): the share computed from a candidate's own timings, the run
+"""Stop at a target SOL fraction (stages/measure/sol_target.py): the share computed from a candidate's own timings, the run
 stopping once its best reaches the target, and a refusal where no GPU ceilings exist (never a silent no-op)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from stages.contracts import BenchmarkResult, Provenance, Timing
-from stages.errors import KernelflowError
-from stages.problem import load_problem
-from stages.sol_target import floors, fraction
+from kernelflow.stages.contracts import BenchmarkResult, Provenance, Timing
+from kernelflow.stages.errors import KernelflowError
+from kernelflow.stages.measure.sol_target import floors, fraction
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 SILU = ROOT / "problems" / "09_silu.py"
@@ -43,7 +43,7 @@ def test_the_h200_floors_come_from_the_counted_work():
 
 
 def test_a_cpu_run_refuses_a_target(prefect_harness, tmp_path: Path):
-    from flows.optimize import main as optimize
+    from kernelflow.flows.optimize import main as optimize
 
     with pytest.raises(KernelflowError, match="has no GPU"):
         optimize(str(SILU), budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False,
@@ -53,8 +53,8 @@ def test_a_cpu_run_refuses_a_target(prefect_harness, tmp_path: Path):
 def test_the_run_stops_once_the_best_reaches_the_target(prefect_harness, tmp_path: Path, monkeypatch):
     """Floors stand in for a GPU's (on CPU the interpreter's medians are ms): set so that the first verified
     candidate is at 0.9 of its floor on every shape, the run stops after it with budget 4 left unspent."""
-    import flows.optimize
-    from stages.benchmark import run as real_benchmark
+    import kernelflow.flows.optimize
+    from kernelflow.stages.benchmark import run as real_benchmark
 
     problem = load_problem(SILU)
     floors_us: dict[str, float] = {}
@@ -66,9 +66,9 @@ def test_the_run_stops_once_the_best_reaches_the_target(prefect_harness, tmp_pat
                 floors_us[t.workload] = 0.9 * t.median_us
         return res
 
-    monkeypatch.setattr("stages.benchmark.run", benchmark_that_sets_floors)
-    monkeypatch.setattr(flows.optimize, "floors", lambda p, sizes, name: floors_us)
-    summary = flows.optimize.main(str(SILU), budget=4, store=str(tmp_path), device="cpu", executor="inline",
+    monkeypatch.setattr("kernelflow.stages.benchmark.run", benchmark_that_sets_floors)
+    monkeypatch.setattr(kernelflow.flows.optimize, "floors", lambda p, sizes, name: floors_us)
+    summary = kernelflow.flows.optimize.main(str(SILU), budget=4, store=str(tmp_path), device="cpu", executor="inline",
                                   profile=False, target_sol=0.85)
     assert set(floors_us) == {w.name for w in problem.workloads("cpu")}
     assert summary["stop_reason"] == "target of 0.85 of speed of light reached: the best is at 0.90"

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from stages.timing import COVER_US, Timer, median_ci
+from kernelflow.stages.measure.timing import COVER_US, Timer, median_ci
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the lead runs it on the H200)")
 

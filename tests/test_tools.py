@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from stages.contracts import KernelBinary, KernelProfile, ProfileResult
-from stages.peaks import KNOWN_PEAKS
-from stages.roofline import Work
-from stages.sass import SassStats
-from stages.tools import TOOLS, Evidence, base_name, select
+from kernelflow.stages.backends.sass import SassStats
+from kernelflow.stages.contracts import KernelBinary, KernelProfile, ProfileResult
+from kernelflow.stages.measure.peaks import KNOWN_PEAKS
+from kernelflow.stages.measure.roofline import Work
+from kernelflow.stages.measure.tools import TOOLS, Evidence, base_name, select
 
 H200 = KNOWN_PEAKS["NVIDIA H200"]
 MB = 1e6
@@ -125,7 +125,7 @@ def test_tools_without_their_metrics_stay_quiet():
 
 
 def test_at_least_twelve_tools_each_in_its_own_file():
-    files = {p.stem for p in (Path(__file__).parents[1] / "stages" / "tools").glob("*.py")} - {"__init__"}
+    files = {p.stem for p in (Path(__file__).parents[1] / "stages" / "measure" / "tools").glob("*.py")} - {"__init__"}
     assert len(TOOLS) >= 12 and files == set(TOOLS)
     assert all(t.__file__.endswith(f"{n}.py") and t.__doc__ for n, t in TOOLS.items())
 

@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 
-from artifacts.store import Store
+from kernelflow.artifacts.store import Store
 from tests.browser import browser, chromium, watch
 from tests.prefect_server import prefect_server
 

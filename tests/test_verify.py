@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from stages.contracts import Candidate, Origin, VerifyRequest
-from stages.executor import run_stage
-from stages.fx_trace import trace_with_shapes
-from stages.problem import load_problem
+from kernelflow.stages.contracts import Candidate, Origin, VerifyRequest
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.problems.fx_trace import trace_with_shapes
+from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
@@ -63,7 +63,7 @@ def test_verdict_inline_matches(name: str, tmp_path: Path):
 
 
 def test_an_inline_verify_waits_for_a_trace_in_another_thread(tmp_path: Path):
-    """While torch.fx traces, nn.Module.__call__ is the tracer's in every thread (stages/fx_trace.py): a reference
+    """While torch.fx traces, nn.Module.__call__ is the tracer's in every thread (stages/problems/fx_trace.py): a reference
     called then raised "module is not installed as a submodule" (a CI run, multi-agent search, inline stages). The
     trace here holds the patch until the verify has finished, or for 5 s: a verify that does not wait runs under it."""
     entered, finished, original = threading.Event(), threading.Event(), nn.Module.__call__
@@ -124,7 +124,7 @@ def test_an_inline_stage_leaves_no_candidate_module_behind(tmp_path: Path, monke
     import types
     import weakref
 
-    from stages import candidate as candidate_module
+    from kernelflow.stages.harness import candidate as candidate_module
 
     imported: list[weakref.ref] = []
     functions: list[weakref.ref] = []  # the module's functions, Triton kernels' own (their .fn) included
@@ -173,7 +173,7 @@ def test_the_census_counts_under_dynamo_once_dynamo_is_loaded():
     import torch
     import torch._dynamo  # noqa: F401
 
-    from stages.library_policy import Census
+    from kernelflow.stages.harness.library_policy import Census
 
     compiled = torch.compile(lambda x: (x * 2).sin(), backend="eager")
     with Census() as census:

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from artifacts.leaderboard import leaderboard
-from artifacts.store import Store
-from artifacts.winner import winner
-from stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, RungRecord, Timing
+from kernelflow.artifacts.leaderboard import leaderboard
+from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.winner import winner
+from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, RungRecord, Timing
 
 PROV = Provenance(device="cuda", device_name="gpu", torch="2", python="3", hostname="h", code_version="c", tf32=False)
 

@@ -3,10 +3,10 @@ contract and the loop they share."""
 
 from __future__ import annotations
 
-from flows.search.agents import Agents
-from flows.search.greedy import Greedy
-from flows.search.ladder import Ladder
-from flows.search.mcts import Mcts
-from flows.search.protocol import Strategy
+from kernelflow.flows.search.agents import Agents
+from kernelflow.flows.search.greedy import Greedy
+from kernelflow.flows.search.ladder import Ladder
+from kernelflow.flows.search.mcts import Mcts
+from kernelflow.flows.search.protocol import Strategy
 
 STRATEGIES: dict[str, type[Strategy]] = {"greedy": Greedy, "mcts": Mcts, "ladder": Ladder, "agents": Agents}

@@ -42,10 +42,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from flows.run import Run
-from flows.search.mcts import lesson
-from flows.search.protocol import Expansion, Turn, repairable, request
-from stages.contracts import Candidate, Contract, Problem
+from kernelflow.flows.run import Run
+from kernelflow.flows.search.mcts import lesson
+from kernelflow.flows.search.protocol import Expansion, Turn, repairable, request
+from kernelflow.stages.contracts import Candidate, Contract, Problem
 
 Verdict = Literal["REJECT", "KEEP", "ACCEPT", "REVERT", "STOP"]
 REDRAFT_STRIDE = 7919  # a redraft's seed offset: far from the seeds of ordinary proposals

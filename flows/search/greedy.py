@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from flows.run import Run
-from flows.search.protocol import Expansion, repairable
-from stages.contracts import Candidate
+from kernelflow.flows.run import Run
+from kernelflow.flows.search.protocol import Expansion, repairable
+from kernelflow.stages.contracts import Candidate
 
 
 class Greedy:

@@ -44,14 +44,14 @@ import math
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
-from flows.run import Run, benchmark_step, compile_step, verify_and_time
-from flows.search.greedy import Greedy
-from stages.contracts import BenchmarkResult, Candidate, RungRecord, Timing
+from kernelflow.flows.run import Run, benchmark_step, compile_step, verify_and_time
+from kernelflow.flows.search.greedy import Greedy
+from kernelflow.stages.contracts import BenchmarkResult, Candidate, RungRecord, Timing
 
 FLOOR = 0.03  # the narrowest noise band: clocks, placement and the interval's own error
 DRIFT = 0.01  # a speedup's move between two calls beyond their intervals (3x the most measured: module docstring)
 # Rung 1, on one shape: up to 20 repetitions, since below about 12 the order-statistic interval of a median spans
-# min..max (stages/timing.py), and one outlier (a cold first call) would set the band; 2 s per shape at most.
+# min..max (stages/measure/timing.py), and one outlier (a cold first call) would set the band; 2 s per shape at most.
 CHEAP: dict[str, Any] = dict(min_reps=5, max_reps=20, budget_s=2.0, baselines=["eager"])
 PRECISE: dict[str, Any] = dict(min_reps=50, max_reps=1000, target_rel_ci=0.005, budget_s=30.0)  # rung 3, on every shape
 

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from flows.run import Run
-from flows.search.protocol import Expansion, repairable
-from stages.contracts import Candidate, Contract
+from kernelflow.flows.run import Run
+from kernelflow.flows.search.protocol import Expansion, repairable
+from kernelflow.stages.contracts import Candidate, Contract
 
 ROOT = "root"  # the virtual root's key (candidate ids are 16 hex digits)
 VERIFIED_FLOOR = 0.1  # the least reward of a verified candidate: above every rejected one's 0

@@ -21,10 +21,10 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from flows.run import Run, charge, new_best, outcome, propose, propose_round
-from stages.contracts import Candidate, Failure, GenerateRequest, Proposal, SearchState
-from stages.errors import StopSearch
-from stages.proposers import REPAIRS
+from kernelflow.flows.run import Run, charge, new_best, outcome, propose, propose_round
+from kernelflow.stages.contracts import Candidate, Failure, GenerateRequest, Proposal, SearchState
+from kernelflow.stages.errors import StopSearch
+from kernelflow.stages.proposers import REPAIRS
 
 MAX_REPAIRS = 2  # failed candidates in a row along one lineage before a strategy stops repairing it
 
@@ -34,7 +34,7 @@ class Budgets:
     candidates: int
     wall_time_s: float
     gpu_s: float | None = None  # device seconds of verify, benchmark and profile calls; None: no limit
-    target_sol: float | None = None  # stop once the best is at this share of speed of light (stages/sol_target.py)
+    target_sol: float | None = None  # stop once the best is at this share of speed of light (stages/measure/sol_target.py)
 
 
 @dataclass(frozen=True)

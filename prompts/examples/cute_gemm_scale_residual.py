@@ -9,13 +9,13 @@ SM80-style CuTe GEMM on FMA units (no tensor cores; a bf16/fp16 problem would us
 - a TiledMMA of UniversalFMA over 16x16 threads (n fastest, so the epilogue's stores are coalesced) gives each
   thread 8x8 accumulators in registers;
 - the epilogue reads the residual and writes scale * acc + residual straight from the registers, predicated.
-Compiled for sm_90a (the flags match the compile stage's); the headers come from kernelflow.cute.include_dirs().
+Compiled for sm_90a (the flags match the compile stage's); the headers come from kernelflow.stages.backends.cutlass.include_dirs().
 """
 
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-from kernelflow.cute import include_dirs
+from kernelflow.stages.backends.cutlass import include_dirs
 
 cuda_source = r"""
 #include <cute/tensor.hpp>

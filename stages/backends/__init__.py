@@ -1,6 +1,6 @@
 """Compile backends, one per file, found by name in BACKENDS; each exposes `compile(req) -> CompileResult`.
 
-A backend runs in a process dedicated to one compile (stages.compile sees to that), so it may set the
+A backend runs in a process dedicated to one compile (kernelflow.stages.compile sees to that), so it may set the
 environment, patch process-wide functions and import the candidate without restoring anything.
 """
 
@@ -17,13 +17,13 @@ from typing import Any
 
 import torch
 
-from kernelflow.cute import version as cutlass_version
-from stages import candidate
-from stages.contracts import CompileRequest, CompileResult
-from stages.harvest import find_tool
+from kernelflow.stages.backends.cutlass import version as cutlass_version
+from kernelflow.stages.backends.harvest import find_tool
+from kernelflow.stages.contracts import CompileRequest, CompileResult
+from kernelflow.stages.harness import candidate
 
-BACKENDS = {"cuda": "stages.backends.cuda", "cute": "stages.backends.cute", "triton": "stages.backends.triton",
-            "torch": "stages.backends.pytorch"}
+BACKENDS = {"cuda": "kernelflow.stages.backends.cuda", "cute": "kernelflow.stages.backends.cute", "triton": "kernelflow.stages.backends.triton",
+            "torch": "kernelflow.stages.backends.pytorch"}
 
 
 def backend(name: str) -> ModuleType:

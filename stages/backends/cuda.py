@@ -27,11 +27,11 @@ from typing import NamedTuple
 
 from torch.utils import cpp_extension
 
-from artifacts.blobs import put_text
-from stages.backends import import_candidate, result
-from stages.contracts import CompileRequest, CompileResult, KernelBinary
-from stages.errors import CandidateFault
-from stages.harvest import find_tool, parse_ptxas, put_binaries, with_sass
+from kernelflow.artifacts.blobs import put_text
+from kernelflow.stages.backends import import_candidate, result
+from kernelflow.stages.backends.harvest import find_tool, parse_ptxas, put_binaries, with_sass
+from kernelflow.stages.contracts import CompileRequest, CompileResult, KernelBinary
+from kernelflow.stages.errors import CandidateFault
 
 IMPLICIT_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"  # as load_inline adds
 ARCH_FLAGS = ("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code")

@@ -2,7 +2,7 @@
 
 Everything is the cuda backend's (stages/backends/cuda.py: load_inline recorded, each source built by nvcc for the
 request's arch, sm_90a by default so wgmma/TMA code compiles; PTX, cubin, SASS and ptxas resources kept), plus the
-CUTLASS include directory that kernelflow.cute finds (the nvidia-cutlass wheel, or $CUTLASS_PATH), the same function
+CUTLASS include directory that kernelflow.stages.backends.cutlass finds (the nvidia-cutlass wheel, or $CUTLASS_PATH), the same function
 a candidate calls for its own load_inline on the GPU worker. -std=c++17 and --expt-relaxed-constexpr, which CuTe
 needs, are already on every cuda-backend nvcc line (the latter is one of torch's COMMON_NVCC_FLAGS, as on the GPU).
 With the headers here, a missing cute/ or cutlass/ header is the candidate's error, not this machine's limit.
@@ -10,9 +10,9 @@ With the headers here, a missing cute/ or cutlass/ header is the candidate's err
 
 from __future__ import annotations
 
-from kernelflow.cute import include_dirs
-from stages.backends import cuda, result
-from stages.contracts import CompileRequest, CompileResult
+from kernelflow.stages.backends import cuda, result
+from kernelflow.stages.backends.cutlass import include_dirs
+from kernelflow.stages.contracts import CompileRequest, CompileResult
 
 LIBRARY_HEADERS = tuple(h for h in cuda.LIBRARY_HEADERS if h not in ("cute/", "cutlass/"))
 

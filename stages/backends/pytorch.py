@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from stages.backends import import_candidate, result
-from stages.contracts import CompileRequest, CompileResult
+from kernelflow.stages.backends import import_candidate, result
+from kernelflow.stages.contracts import CompileRequest, CompileResult
 
 
 def compile(req: CompileRequest) -> CompileResult:

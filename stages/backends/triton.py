@@ -1,13 +1,13 @@
 """Triton candidates, compiled ahead of time for the target GPU on a machine without one.
 
-Runs in a process dedicated to this compile (see stages.compile), so it sets what it needs and restores nothing:
+Runs in a process dedicated to this compile (see kernelflow.stages.compile), so it sets what it needs and restores nothing:
 1. TRITON_INTERPRET is removed before the candidate is imported, so @triton.jit makes real JITFunctions.
 2. A stand-in Triton driver reports the target (e.g. sm_90a -> GPUTarget("cuda", 90, 32)); no GPU is touched.
 3. ModelNew runs forward once on the problem's first GPU workload built on the `meta` device (or, failing that,
    on its first CPU workload as small CPU tensors) with JITFunction.run switched to warmup=True: Triton binds
    the arguments, specializes and compiles exactly as a real launch would, and launches nothing.
    Autotuned kernels compile every config (the GPU worker picks one by timing).
-4. The compiled kernels are harvested from the JIT caches (stages.harvest), as a GPU worker would do.
+4. The compiled kernels are harvested from the JIT caches (kernelflow.stages.backends.harvest), as a GPU worker would do.
 Without a problem in the request only the static checks run (imports, ModelNew, kernels found).
 A Triton compile error is the candidate's fault (compile_error, log kept); a capture that fails for another
 reason (forward needs a GPU, a toolchain failure) leaves the binaries to the GPU worker and says why.
@@ -24,13 +24,13 @@ from typing import Any
 
 import torch
 
-from artifacts.blobs import put_text
-from stages.backends import import_candidate, result
-from stages.contracts import CompileRequest, CompileResult, Problem, Workload
-from stages.errors import CandidateFault, InfrastructureError
-from stages.harvest import harvest_triton, triton_kernels
-from stages.library_policy import Census, op_class
-from stages.problem import import_file, workload_call
+from kernelflow.artifacts.blobs import put_text
+from kernelflow.stages.backends import import_candidate, result
+from kernelflow.stages.backends.harvest import harvest_triton, triton_kernels
+from kernelflow.stages.contracts import CompileRequest, CompileResult, Problem, Workload
+from kernelflow.stages.errors import CandidateFault, InfrastructureError
+from kernelflow.stages.harness.library_policy import Census, op_class
+from kernelflow.stages.problems.kernelbench import import_file, workload_call
 
 
 class CaptureFailed(Exception):
@@ -95,7 +95,7 @@ def _intercept_launches(errors: list[str]) -> None:
 
 def _forward_once(cls: type, problem: Problem, workdir: str, kernels: dict[str, Any], calls: Counter[str]) -> str:
     """Run ModelNew once (launches compile only); returns which workload and device it used. `calls` receives the
-    torch ops the forward dispatched (stages/library_policy.py's census): the vendor-library ones do work whose
+    torch ops the forward dispatched (stages/harness/library_policy.py's census): the vendor-library ones do work whose
     kernels are not the candidate's own."""
     path = Path(workdir) / f"kf_problem_{problem.id}.py"
     path.write_text(problem.source)

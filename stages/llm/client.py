@@ -31,8 +31,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from stages.contracts import Contract, LLMCall
-from stages.errors import KernelflowError
+from kernelflow.stages.contracts import Contract, LLMCall
+from kernelflow.stages.errors import KernelflowError
 
 __all__ = ["LLMBudget", "LLMCall", "LLMError", "LLMReply", "LLMSettings", "api_key", "complete"]
 

@@ -17,9 +17,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from stages.contracts import Contract
-from stages.errors import KernelflowError
-from stages.llm.patch import PatchError, apply_search_replace, apply_unified_diff, fenced_blocks, find_patch
+from kernelflow.stages.contracts import Contract
+from kernelflow.stages.errors import KernelflowError
+from kernelflow.stages.llm.patch import (
+    PatchError,
+    apply_search_replace,
+    apply_unified_diff,
+    fenced_blocks,
+    find_patch,
+)
 
 ReplyKind = Literal["no_code", "truncated", "patch_failed", "no_model_new"]
 PYTHON_FENCES = ("python", "py", "python3", "")

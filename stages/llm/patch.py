@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from stages.errors import KernelflowError
+from kernelflow.stages.errors import KernelflowError
 
 SEARCH_REPLACE = re.compile(
     r"^<{5,9} ?SEARCH[^\n]*\n(.*?)^={5,9}[ \t]*\n(.*?)^>{5,9} ?REPLACE[^\n]*$", re.MULTILINE | re.DOTALL

@@ -14,9 +14,9 @@ from typing import Any
 
 import jinja2
 
-from stages.contracts import Backend, GenerateRequest, Policy
-from stages.peaks import peaks_for
-from stages.profile import TARGET_GPU
+from kernelflow.stages.contracts import Backend, GenerateRequest, Policy
+from kernelflow.stages.measure.ceilings import peaks_for
+from kernelflow.stages.measure.peaks import TARGET_GPU
 
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 BACKEND_NAMES: dict[str, str] = {"triton": "Triton", "cuda": "CUDA C++", "cute": "CuTe C++"}
@@ -55,7 +55,7 @@ def _policy(policy: Policy) -> str:
 
 
 def _versions() -> dict[str, str]:
-    from stages.backends import toolchain
+    from kernelflow.stages.backends import toolchain
 
     out = {"torch": "?", "triton": "?", "nvcc": "?", "cutlass": "?", **toolchain()}  # toolchain() has cutlass
     return out

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from stages.contracts import FailureKind, GenerateRequest, GenerateResult
-from stages.proposers import builtin, llm
+from kernelflow.stages.contracts import FailureKind, GenerateRequest, GenerateResult
+from kernelflow.stages.proposers import builtin, llm
 
 PROPOSERS: dict[str, Callable[[GenerateRequest], GenerateResult]] = {"builtin": builtin.propose, "llm": llm.propose}
 

@@ -15,12 +15,12 @@ import itertools
 import math
 from typing import Any
 
-from stages.contracts import Action, Candidate, GenerateRequest, GenerateResult, Origin
-from stages.problem import import_problem
-from stages.proposers import mutations
-from stages.templates import TEMPLATES
-from stages.templates.lowering import trace
-from stages.templates.program import Plan, TemplateMismatch
+from kernelflow.stages.contracts import Action, Candidate, GenerateRequest, GenerateResult, Origin
+from kernelflow.stages.problems.kernelbench import import_problem
+from kernelflow.stages.proposers import mutations
+from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates.lowering import trace
+from kernelflow.stages.templates.program import Plan, TemplateMismatch
 
 
 def _distance(params: dict[str, Any], parent: dict[str, Any]) -> float:

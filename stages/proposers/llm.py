@@ -10,10 +10,18 @@ A reply with no usable code is no candidate, with the reason in the message; the
 
 from __future__ import annotations
 
-from stages.contracts import Backend, Candidate, GenerateRequest, GenerateResult, LLMCall, Origin, sha256_text
-from stages.llm.client import LLMBudget, LLMError, LLMSettings, complete
-from stages.llm.parse import ReplyError, parse_reply
-from stages.llm.prompts import messages
+from kernelflow.stages.contracts import (
+    Backend,
+    Candidate,
+    GenerateRequest,
+    GenerateResult,
+    LLMCall,
+    Origin,
+    sha256_text,
+)
+from kernelflow.stages.llm.client import LLMBudget, LLMError, LLMSettings, complete
+from kernelflow.stages.llm.parse import ReplyError, parse_reply
+from kernelflow.stages.llm.prompts import messages
 
 
 def _ask(chat: list[dict[str, str]], purpose: str, settings: LLMSettings, budget: LLMBudget,

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from stages.contracts import Action
-from stages.templates.rows import KERNEL_PARAMS
+from kernelflow.stages.contracts import Action
+from kernelflow.stages.templates.rows import KERNEL_PARAMS
 
 Params = dict[str, Any]
 
@@ -51,7 +51,7 @@ def _moves(params: Params, *steps: tuple[str, float]) -> list[Params]:
 
 
 def _raise_occupancy(params: Params, action: Action) -> list[Params]:
-    """The limiter named by stages/tools/low_occupancy.py decides the move."""
+    """The limiter named by stages/measure/tools/low_occupancy.py decides the move."""
     limiter = action.params.get("limiter")
     if limiter == "shared memory":
         return _moves(params, ("num_stages", 0.5), ("BLOCK_K", 0.5), ("BLOCK_N", 0.5))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from stages.templates import attention, elementwise, library_epilogue, loss, matmul, rowwise, scan
+from kernelflow.stages.templates import attention, elementwise, library_epilogue, loss, matmul, rowwise, scan
 
 TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise,
                                     "library_epilogue": library_epilogue, "matmul": matmul,

@@ -29,13 +29,13 @@ import torch
 import torch.fx
 from torch import nn
 
-from stages.contracts import Problem, Workload
-from stages.fx_trace import trace_with_shapes
-from stages.problem import import_problem, workload_call
-from stages.templates import launch
-from stages.templates.lowering import Traced, node_shape, op_name
-from stages.templates.program import Plan, Program, TemplateMismatch
-from stages.templates.source import module_source
+from kernelflow.stages.contracts import Problem, Workload
+from kernelflow.stages.problems.fx_trace import trace_with_shapes
+from kernelflow.stages.problems.kernelbench import import_problem, workload_call
+from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.lowering import Traced, node_shape, op_name
+from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
+from kernelflow.stages.templates.source import module_source
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _MAX_HEAD_DIM = 256

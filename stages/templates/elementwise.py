@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from stages.contracts import Problem
-from stages.templates import launch
-from stages.templates.lowering import Traced, lower
-from stages.templates.program import Plan, Program, TemplateMismatch
-from stages.templates.source import (
+from kernelflow.stages.contracts import Problem
+from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.lowering import Traced, lower
+from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
+from kernelflow.stages.templates.source import (
     jit_source,
     line_source,
     module_source,

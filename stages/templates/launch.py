@@ -16,7 +16,7 @@ kept under a key at least as fine as what Triton specializes on:
 - each keyword (constexprs, and options such as num_warps) with its value; a launch whose keywords are not all
   numbers, strings or None is not kept.
 Later launches with that key call the compiled kernel's launcher directly. The launch hooks are passed on as the
-JIT passes them, so a profiler's hooks still see each launch. stages/launches.py counts these launches at the same
+JIT passes them, so a profiler's hooks still see each launch. stages/harness/launches.py counts these launches at the same
 place as the JIT's, CompiledKernel.run, so the harness's launch census and ghost replay see them.
 
 The forward's own integer helpers, `_kf_pow2` and `_kf_cdiv`, replace triton.next_power_of_2 and triton.cdiv,

@@ -11,7 +11,7 @@ per op. A product with no epilogue is declined: the candidate would be the refer
 
 SwiGLU (two Linear products sharing x): two torch.mm calls, each reading its own weight once per call. One GEMM on
 a concatenated [W1; W3] would save a launch and a second read of x, but the weights are the model's parameters,
-loaded by load_state_dict into the parameters ModelNew inherits (stages.instantiate.build): concatenating per call
+loaded by load_state_dict into the parameters ModelNew inherits (kernelflow.stages.harness.instantiate.build): concatenating per call
 copies both weights every call (2 x ffn x hidden elements), and a persistent concatenated buffer whose halves the
 parameters view stays in sync only until something replaces a parameter's storage (.to() to another device or
 dtype, assigning a new Parameter), after which it silently computes with stale weights. Writing the two products
@@ -33,12 +33,18 @@ import torch
 import torch.fx
 from torch import nn
 
-from stages.contracts import Problem
-from stages.templates import launch
-from stages.templates.lowering import Traced, node_shape, op_name
-from stages.templates.matmul import Epilogue, Product, find_products, tensor_expr
-from stages.templates.program import Plan, Program, TemplateMismatch
-from stages.templates.source import jit_source, line_source, module_source, operand_prologue, store_source
+from kernelflow.stages.contracts import Problem
+from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.lowering import Traced, node_shape, op_name
+from kernelflow.stages.templates.matmul import Epilogue, Product, find_products, tensor_expr
+from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
+from kernelflow.stages.templates.source import (
+    jit_source,
+    line_source,
+    module_source,
+    operand_prologue,
+    store_source,
+)
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _CONV_MODULES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)

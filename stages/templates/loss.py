@@ -30,11 +30,11 @@ import torch
 import torch.fx
 from torch import nn
 
-from stages.contracts import Problem
-from stages.templates import launch
-from stages.templates.lowering import Lowering, Traced, _literal, node_shape, op_name
-from stages.templates.program import Operand, Plan, Program, Reduction, TemplateMismatch, Value
-from stages.templates.source import jit_source, line_source, module_source, operand_prologue
+from kernelflow.stages.contracts import Problem
+from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.lowering import Lowering, Traced, _literal, node_shape, op_name
+from kernelflow.stages.templates.program import Operand, Plan, Program, Reduction, TemplateMismatch, Value
+from kernelflow.stages.templates.source import jit_source, line_source, module_source, operand_prologue
 
 WHOLE_VARIANTS = ({"BLOCK": 4096, "num_warps": 8, "programs": 1024}, {"BLOCK": 2048, "num_warps": 4, "programs": 2048},
                   {"BLOCK": 8192, "num_warps": 8, "programs": 1024}, {"BLOCK": 4096, "num_warps": 8, "programs": 2048},

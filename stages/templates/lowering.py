@@ -18,12 +18,21 @@ import torch
 import torch.fx
 from torch import nn
 
-from stages.contracts import Problem
-from stages.fx_trace import trace_with_shapes
-from stages.problem import workload_call
-from stages.templates.pointwise import OPS
-from stages.templates.program import Kind, Line, Operand, Program, Reduction, Scan, TemplateMismatch, Value
-from stages.templates.source import reference_source
+from kernelflow.stages.contracts import Problem
+from kernelflow.stages.problems.fx_trace import trace_with_shapes
+from kernelflow.stages.problems.kernelbench import workload_call
+from kernelflow.stages.templates.pointwise import OPS
+from kernelflow.stages.templates.program import (
+    Kind,
+    Line,
+    Operand,
+    Program,
+    Reduction,
+    Scan,
+    TemplateMismatch,
+    Value,
+)
+from kernelflow.stages.templates.source import reference_source
 
 _TORCH_MODULES = ("torch", "_operator", "builtins")
 _FLOAT32_EPS = torch.finfo(torch.float32).eps  # rms_norm's eps when none is given

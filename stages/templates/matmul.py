@@ -20,11 +20,17 @@ import torch
 import torch.fx
 from torch import nn
 
-from stages.contracts import Problem
-from stages.templates import launch
-from stages.templates.lowering import Lowering, Traced, node_shape, op_name
-from stages.templates.program import Plan, Program, TemplateMismatch
-from stages.templates.source import jit_source, line_source, module_source, operand_prologue, store_source
+from kernelflow.stages.contracts import Problem
+from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.lowering import Lowering, Traced, node_shape, op_name
+from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
+from kernelflow.stages.templates.source import (
+    jit_source,
+    line_source,
+    module_source,
+    operand_prologue,
+    store_source,
+)
 
 _MATMUL_OPS = ("matmul", "mm")
 _DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stages.templates.program import TemplateMismatch
+from kernelflow.stages.templates.program import TemplateMismatch
 
 HELPERS: dict[str, str] = {
     "_kf_tanh": '''@triton.jit

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stages.errors import KernelflowError
+from kernelflow.stages.errors import KernelflowError
 
 Kind = Literal["elem", "row", "scalar"]
 Reduction = Literal["sum", "max", "min", "argmax"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from stages.templates import launch
-from stages.templates.program import Line, Program
-from stages.templates.source import line_source, operand_prologue, output_alloc
+from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.program import Line, Program
+from kernelflow.stages.templates.source import line_source, operand_prologue, output_alloc
 
 
 def args(program: Program, *extra: str) -> list[str]:

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from stages.contracts import Problem
-from stages.templates import launch, rows
-from stages.templates.lowering import Traced, lower
-from stages.templates.program import Line, Plan, Program, TemplateMismatch
-from stages.templates.source import jit_source, module_source, store_source
+from kernelflow.stages.contracts import Problem
+from kernelflow.stages.templates import launch, rows
+from kernelflow.stages.templates.lowering import Traced, lower
+from kernelflow.stages.templates.program import Line, Plan, Program, TemplateMismatch
+from kernelflow.stages.templates.source import jit_source, module_source, store_source
 
 WARPS = (8, 16, 4)
 # Rows up to 32768 stay resident, on enough warps that a thread holds at most PER_THREAD elements of a row value

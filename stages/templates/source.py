@@ -5,9 +5,9 @@ from __future__ import annotations
 import ast
 import re
 
-from stages.templates import launch
-from stages.templates.pointwise import HELPERS
-from stages.templates.program import Line, Program, TemplateMismatch
+from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.pointwise import HELPERS
+from kernelflow.stages.templates.program import Line, Program, TemplateMismatch
 
 HEADER = """import torch
 import torch.nn as nn

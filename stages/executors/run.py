@@ -1,0 +1,153 @@
+"""Where a stage runs: inline (trusted, cheap), in a sandboxed subprocess with a deadline (anything running candidate
+code), or in a container of its own (stages/executors/docker.py: no network, read-only root, limits, non-root user).
+
+A candidate that crashes the process, calls os._exit, hangs or poisons the CUDA context only loses its own
+process: the executor turns that into a failure result with the process log kept as a blob. Inline stages share the
+flow's process, keys included: inline is for trusted code and tests.
+
+A stage subprocess (stages/executors/sandbox.py, `Sandbox`) gets the environment without secrets (SECRET: API keys, tokens,
+cloud credentials), a temp dir of its own in the call's work dir, limits the kernel enforces on it and on every
+process it starts (CPU time from the deadline, file size, no core dumps, processes; address space on CPU requests),
+and, where the kernel allows an unprivileged user namespace, a network namespace with loopback only. The result's
+`sandbox` record says which of these applied and why not; a process killed at its CPU-time limit is a "timeout".
+What it does not get, unlike a container: a read-only file system (it may write wherever its uid may, shared caches
+included), a private /proc and /dev, or a memory limit on GPU requests (docs/INTEGRITY.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Literal
+
+from kernelflow.artifacts.blobs import put_bytes
+from kernelflow.stages.contracts import StageRequest, StageResult
+from kernelflow.stages.entry import INFRA_EXIT
+from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors.docker import Docker, run_in_container
+from kernelflow.stages.executors.sandbox import Plan, Sandbox, plan
+from kernelflow.stages.problems import fx_trace
+
+STAGES = {"compile": "kernelflow.stages.compile", "verify": "kernelflow.stages.verify", "benchmark": "kernelflow.stages.benchmark",
+          "profile": "kernelflow.stages.profile"}
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+Mode = Literal["inline", "subprocess"] | Docker | Sandbox  # "subprocess" is Sandbox()
+
+
+# Never handed to a stage process (candidate code runs there): API keys, tokens, passwords, cloud credentials.
+SECRET = re.compile(r"KEY|SECRET|TOKEN|PASSW|CREDENTIAL|^OPENAI_|^AWS_|^AZURE_|^GOOGLE_APPLICATION|^HF_|^PREFECT_API",
+                    re.IGNORECASE)
+
+
+def stage_env(request: StageRequest) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not SECRET.search(k)}
+    env["PYTHONFAULTHANDLER"] = "1"  # a crashing candidate leaves a Python traceback in the stage log
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
+    if getattr(request, "device", None) == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton candidates run on CPU tensors through the interpreter
+    else:
+        env.pop("TRITON_INTERPRET", None)
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(request.blob_dir).parent / "torch_extensions"))
+    return env
+
+
+def _describe_exit(code: int, sandbox: Plan) -> tuple[str, str]:
+    """(kind, why) of a stage process that ended without a result: "crash", or the verdict of a sandbox limit."""
+    if code < 0:
+        return sandbox.verdict(-code) or ("crash", f"killed by signal {signal.Signals(-code).name}")
+    return "crash", f"exited with status {code} without writing a result"
+
+
+def forget_candidate(request: StageRequest) -> None:
+    """Drop the module of the request's candidate, which an inline stage imported (stages/harness/candidate.py names it
+    kf_cand_<id>): each stage call imports its candidate afresh, and kept, they grew the flow process by ~55 kB per
+    candidate (BENCHMARKS.md, "Load"). Only this call's: another thread's inline stage may be importing its own.
+    With the module go the two caches that held its code after it (docs/LOG.md, tenth session): linecache's copy of
+    its file (Triton reads the source through inspect) and the Triton interpreter's rewritten kernels, keyed by the
+    module's functions. (kernelflow.stages.harness.candidate, imported here, brings torch, which the inline stage has imported.)"""
+    if (candidate := getattr(request, "candidate", None)) is None:
+        return
+    import linecache
+
+    from kernelflow.stages.harness.candidate import CANDIDATE_MODULE_PREFIX
+
+    name = f"{CANDIDATE_MODULE_PREFIX}{candidate.id}"
+    module = sys.modules.pop(name, None)
+    if (path := getattr(module, "__file__", None)) is not None:
+        linecache.cache.pop(path, None)
+    interpreter = sys.modules.get("triton.runtime.interpreter")
+    if interpreter is not None:
+        rewritten = interpreter.InterpretedFunction.rewritten_fn
+        for fn in [fn for fn in list(rewritten) if getattr(fn, "__module__", None) == name]:
+            rewritten.pop(fn, None)
+
+
+def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> StageResult:
+    """The stage's result for `request`, the stage run where `mode` says; a compile always in a process of its own
+    (it patches Triton's driver and load_inline for the whole process), so "inline" runs it as "subprocess"."""
+    module = importlib.import_module(STAGES[name])
+    if mode == "inline" and name == "compile":
+        mode = "subprocess"
+    if mode == "inline":
+        try:
+            with fx_trace.LOCK:  # the stage calls nn.Modules in the flow's process, where proposals trace
+                return module.run(request)
+        finally:
+            forget_candidate(request)
+    workdir = Path(request.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    req_path, res_path, log_path = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
+    res_path.unlink(missing_ok=True)
+    started = time.perf_counter()
+    record: dict[str, str] = {}  # the subprocess sandbox's (stages/executors/sandbox.py)
+    if isinstance(mode, Docker):
+        code, kind, why = run_in_container(STAGES[name], request, mode, req_path, res_path, log_path)
+    else:
+        req_path.write_text(request.model_dump_json())
+        sandbox = mode if isinstance(mode, Sandbox) else Sandbox()
+        code, kind, why, record = _run_process(name, request, sandbox, req_path, res_path, log_path)
+    log_bytes = log_path.read_bytes()
+    log_blob = put_bytes(request.blob_dir, log_bytes)
+    if res_path.exists() and kind == "crash":
+        result = module.Result.model_validate_json(res_path.read_text())
+        result.blobs.setdefault("stage_log", log_blob)
+        result.sandbox = record
+        return result
+    tail = log_bytes.decode(errors="replace")[-2000:]
+    if code == INFRA_EXIT and kind == "crash":
+        raise InfrastructureError(f"stage {name} failed outside the candidate ({why}); log {log_path}:\n{tail}")
+    result = module.failed(request, kind, f"{why}. Log tail:\n{tail}", {"stage_log": log_blob})
+    result.duration_s, result.sandbox = time.perf_counter() - started, record
+    return result
+
+
+def _run_process(name: str, request: StageRequest, sandbox: Sandbox, req_path: Path, res_path: Path,
+                 log_path: Path) -> tuple[int | None, str, str, dict[str, str]]:
+    """`python -m stages.NAME` in a process group and sandbox of its own; (exit status or None at the deadline, kind,
+    why, the sandbox's record)."""
+    withheld = [k for k in os.environ if SECRET.search(k)]
+    call = plan(sandbox, name, request, stage_env(request), withheld)
+    try:
+        with open(log_path, "wb") as log:
+            try:
+                proc = subprocess.Popen([sys.executable, "-m", STAGES[name], str(req_path), str(res_path)],
+                                        cwd=req_path.parent, stdout=log, stderr=subprocess.STDOUT, env=call.env,
+                                        start_new_session=True, preexec_fn=call.enter)
+            except subprocess.SubprocessError as e:  # the probe said it would work: not the candidate's doing
+                raise InfrastructureError(f"stage {name}: the process could not enter its sandbox ({e}); "
+                                          f"{call.record}") from e
+            try:
+                code = proc.wait(timeout=request.timeout_s)
+                return (code, *_describe_exit(code, call), call.record)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return None, "timeout", f"killed after the {request.timeout_s:.0f} s deadline", call.record
+    finally:
+        call.clean()

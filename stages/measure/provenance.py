@@ -1,0 +1,64 @@
+"""Where and with what a number was measured."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from kernelflow.stages.contracts import Device, Provenance
+
+
+@cache
+def code_version() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        if out.returncode == 0:
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=5).stdout.strip()
+            return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("KERNELFLOW_CODE_VERSION", "unknown")
+
+
+def _nvml() -> tuple[str | None, int | None, int | None]:
+    try:
+        import pynvml  # nvidia-ml-py; present on GPU workers
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        sm = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+        mem = pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+        return (driver.decode() if isinstance(driver, bytes) else driver), sm, mem
+    except Exception:  # NVML missing or unsupported: recorded as None ("not measured")
+        return None, None, None
+
+
+def _triton() -> str | None:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return None
+
+
+def collect(device: Device) -> Provenance:
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        driver, sm, mem = _nvml()
+    else:
+        name, driver, sm, mem = platform.processor() or platform.machine(), None, None, None
+    return Provenance(device=device, device_name=name, driver=driver, sm_clock_mhz=sm, mem_clock_mhz=mem,
+                      torch=torch.__version__, cuda=torch.version.cuda, triton=_triton(),
+                      python=platform.python_version(), hostname=socket.gethostname(), code_version=code_version(),
+                      tf32=bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32))
