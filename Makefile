@@ -21,7 +21,7 @@ GPU_BASE    ?= nvidia/cuda:13.0.1-devel-ubuntu24.04
 OFFLINE_BASE := kernelflow-base:bookworm
 IMAGE_TAG   ?= latest
 
-.PHONY: install demo test lint typecheck bench-gpu bench-agreement clean images image-cpu image-gpu base-image docker-engine
+.PHONY: install demo test test-fast lint typecheck bench-gpu bench-agreement clean images image-cpu image-gpu base-image docker-engine
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
@@ -36,7 +36,7 @@ demo: install
 	$(BIN)/kernelflow optimize $(DEMO_PROBLEM) --budget $(DEMO_BUDGET)
 	$(BIN)/kernelflow show latest
 
-# The browser tests (tests/test_report.py, tests/test_ui.py) drive Debian's chromium through Playwright (never
+# The browser tests (tests/artifacts/test_report.py, tests/kernelflow/test_ui.py) drive Debian's chromium through Playwright (never
 # `playwright install`: browser downloads are blocked here). Installed with apt when missing and this runs as root;
 # without it the tests skip with the reason, or fail under CI=true (docs/REPORTS.md).
 CHROMIUM ?= /usr/bin/chromium
@@ -63,6 +63,11 @@ PYTEST_WORKERS ?= 2
 test: install browser docker-test-image
 	$(BIN)/pytest -q -x --durations=10 -n $(PYTEST_WORKERS) --dist loadfile
 
+# The edit-test loop: every test not marked slow (pyproject.toml: end-to-end runs, containers, browsers, sm_90a
+# builds); no browser or docker set-up. `make test` runs everything and is what CI runs.
+test-fast: install
+	$(BIN)/pytest -q -x -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -72,12 +77,18 @@ BENCH_ARGS ?= --skip-done
 bench-gpu: install
 	$(BIN)/python scripts/bench_gpu.py $(BENCH_ARGS)
 
-# Independent agreement (issue 8): each best kernel of bench/results/, exported, timed by our re-implementation of
+# Independent agreement (docs/METHOD.md): each best kernel of bench/results/, exported, timed by our re-implementation of
 # KernelBench's procedure against kernelflow's median (±5%), one process per problem; resumable like bench-gpu: each
 # record lands in bench/agreement/, a rerun skips the final ones. `scripts/agreement.py --render` prints the table.
 AGREEMENT_ARGS ?= --skip-done
 bench-agreement: install
 	$(BIN)/python scripts/agreement.py $(AGREEMENT_ARGS)
+
+# BENCHMARKS.md, rendered from the records (bench/results, bench/sol-floors.json, bench/agreement); no GPU, no Prefect.
+# tests/scripts/test_benchmarks_page.py fails when the committed page is not this output.
+.PHONY: benchmarks-page
+benchmarks-page: install
+	$(BIN)/python scripts/benchmarks_page.py --out BENCHMARKS.md
 
 images: image-cpu image-gpu
 

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from kernelflow.artifacts.store import TABLES, Store
+from kernelflow.artifacts.timed import full_calls
 from kernelflow.stages.errors import KernelflowError
 
 COLUMNS = ["run_id", "problem_id", "candidate_id", "index", "backend", "proposer", "params", "compiled", "verified",
@@ -63,16 +64,6 @@ def resolve(store: Store, runs: Sequence[str] = (), campaign: str | None = None)
     return list(dict.fromkeys(wanted))
 
 
-def _latest_ok_full_benchmark(bench: pd.DataFrame) -> pd.DataFrame:
-    """Per candidate, its latest successful benchmark call over every timed shape (not a ladder's screening)."""
-    if bench.empty:
-        return bench
-    full = bench[(bench.status == "ok") & bench.speedup_vs_eager.notna()]
-    if "workloads" in full:
-        full = full[full.workloads.isna()]
-    return full.drop_duplicates(["run_id", "candidate_id"], keep="last")
-
-
 def candidates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     """One row per candidate, in the order the run generated them (`index` from 1): backend, proposer, params,
     how far it got (compiled, verified, its speedups, faster than eager), whether it competes for the run's best
@@ -106,7 +97,7 @@ def candidates(store: Store, run_ids: Sequence[str]) -> pd.DataFrame:
     pairs = list(zip(frame.run_id, frame.candidate_id, strict=True))
     frame["verified"] = [p in stage_ok["verify"] for p in pairs]
     frame["compiled"] = pd.Series([p in stage_ok["compile"] for p in pairs]) | frame.verified  # verified implies compiled
-    bench = _latest_ok_full_benchmark(load(store, "benchmarks", run_ids))
+    bench = full_calls(load(store, "benchmarks", run_ids))
     cols = ["speedup_vs_eager", "speedup_vs_compile"]
     frame = frame.merge(bench[key + cols] if not bench.empty else pd.DataFrame(columns=key + cols), on=key, how="left")
     frame[cols] = frame[cols].astype(float)

@@ -36,9 +36,15 @@ def _unwrap(annotation: Any) -> Any:
     return annotation
 
 
+def columns(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's fields that are table columns: all but those marked json_schema_extra={"column": False}."""
+    return {name: field for name, field in model.model_fields.items()
+            if not (isinstance(field.json_schema_extra, dict) and field.json_schema_extra.get("column") is False)}
+
+
 def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, pa.DataType]]:
     out = []
-    for name, field in model.model_fields.items():
+    for name, field in columns(model).items():
         ann = _unwrap(field.annotation)
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             out += _fields(ann, f"{prefix}{name}_")
@@ -55,7 +61,7 @@ def schema(model: type[BaseModel]) -> pa.Schema:
 
 def row(instance: BaseModel, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name in type(instance).model_fields:
+    for name in columns(type(instance)):
         value = getattr(instance, name)
         if isinstance(value, BaseModel):
             out.update(row(value, f"{prefix}{name}_"))

@@ -1,4 +1,4 @@
-"""The seeds rule (issue 4): eager and torch.compile are always contenders, so a run's result is never slower than
+"""The seeds rule: eager and torch.compile are always contenders, so a run's result is never slower than
 what the user already has. The winner is the fastest of the best verified candidate and the baselines, by
 geomean speedup over eager across the timed workloads; a candidate wins only when it is faster than every
 baseline; a tie goes to the baseline.
@@ -17,6 +17,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from kernelflow.artifacts.store import Store
+from kernelflow.artifacts.timed import full_calls
 from kernelflow.stages.contracts import BASELINE_LABELS
 
 BASELINE_NAMES = BASELINE_LABELS  # compile_max is timed only on request (bench_gpu --max-autotune), never a seed
@@ -50,13 +51,10 @@ def _compile_vs_eager_alone(base: pd.DataFrame) -> float | None:
 
 
 def _competing(store: Store, run_id: str, ok: pd.DataFrame) -> pd.DataFrame:
-    """The benchmark rows that compete: calls over every timed workload (not a screening call over some), each
-    candidate's latest (a precise re-timing supersedes the standard one), where its strategy accepted the candidate
-    (the row's `accepted`: a ladder leaves the incumbent when one is faster only within the noise). A row no search
-    judged (a store from before that column) competes unless a ladder's rungs name other candidates as accepted."""
-    if "workloads" in ok:
-        ok = ok[ok.workloads.isna()]
-    ok = ok.drop_duplicates("candidate_id", keep="last")
+    """The benchmark rows that compete: each candidate's full call (artifacts/timed.py) where its strategy accepted
+    the candidate (the row's `accepted`: a ladder leaves the incumbent when one is faster only within the noise). A
+    row no search judged (a store from before that column) competes unless a ladder's rungs name other candidates as
+    accepted."""
     judged = ok["accepted"] if "accepted" in ok else pd.Series(None, index=ok.index, dtype=object)
     unjudged = judged.isna()
     if unjudged.any() and not (rungs := store.read("rungs", run_id)).empty:
@@ -66,8 +64,7 @@ def _competing(store: Store, run_id: str, ok: pd.DataFrame) -> pd.DataFrame:
 
 def winner(store: Store, run_id: str) -> Winner | None:
     """The run's winner, or None when nothing was timed (not even the baselines)."""
-    bench = store.read("benchmarks", run_id)
-    ok = bench[(bench.status == "ok") & bench.speedup_vs_eager.notna()] if not bench.empty else bench
+    ok = full_calls(store.read("benchmarks", run_id))
     ok = _competing(store, run_id, ok[ok.candidate_id != "baseline"]) if not ok.empty else ok  # not baseline-only
     best_id, cand_e, cand_c = None, None, None
     if not ok.empty:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, cast
+from typing import Any, Literal, cast
 from uuid import UUID
 
 from prefect import flow, runtime
@@ -103,15 +103,17 @@ def start(store: Store, suite: Suite) -> CampaignRecord:
 
 
 def plan(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tuple[Job, CampaignProblem]:
-    """The entry's optimize parameters, warm-started from its previous best and naming the run it is to make
-    (`run_id`, so that `conclude` reads that run's partition alone), and its first campaign_problems row."""
+    """The entry's optimize parameters (its RunConfig in the campaign's store), warm-started from its previous best
+    and naming the run it is to make (`run_id`, so that `conclude` reads that run's partition alone), and its first
+    campaign_problems row."""
     last = previous(store, suite.name, entry.name, campaign_id)
-    parameters = {**suite.optimize_kwargs(entry), "store": store.location}
-    parameters["run_id"] = new_run_id(problem_id(parameters["problem_path"]))  # the id load_problem will give it
+    path = suite.problem_path(entry)
+    parameters: dict[str, Any] = {"problem_path": path, "config": suite.config(entry).model_copy(update={"store": store.location}),
+                  "run_id": new_run_id(problem_id(path))}  # the id load_problem will give it
     previous_run_id, previous_candidate_id = last or (None, None)
     if previous_run_id:
         parameters["warm_start_from"] = previous_run_id
-    row = CampaignProblem(campaign_id=campaign_id, entry=entry.name, problem_path=parameters["problem_path"],
+    row = CampaignProblem(campaign_id=campaign_id, entry=entry.name, problem_path=path,
                           status="running", started_at=_now(), updated_at=_now(), previous_run_id=previous_run_id,
                           previous_candidate_id=previous_candidate_id)
     store.append("campaign_problems", campaign_id, [row])
@@ -142,7 +144,7 @@ def conclude(store: Store, suite: Suite, planned: CampaignProblem, ended: Done) 
 
 def recorded(store: Store, run_id: str) -> dict | None:
     """The latest runs row of optimize run `run_id` (its present values), or None if the run never began. Its own
-    partition only: a whole-table read here grew with every run ever stored (BENCHMARKS.md, "Load")."""
+    partition only: a whole-table read here would grow with every run ever stored (docs/LOG.md)."""
     runs = store.runs(run_id)
     return None if runs.empty else {k: v for k, v in runs.iloc[-1].to_dict().items() if _present(v)}
 

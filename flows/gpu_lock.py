@@ -25,7 +25,9 @@ def gpu_key() -> str:
 
 @contextmanager
 def gpu_lock(store_root: Path, device: str) -> Iterator[None]:
-    if device != "cuda":
+    """Hold the lock of this process's GPU for a call on `device`; a CPU call, or a cuda call where no GPU is visible
+    (the stage then says so), holds none."""
+    if device != "cuda" or not torch.cuda.is_available():
         yield
         return
     path = store_root / "locks" / f"{gpu_key()}.lock"

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kernelflow.artifacts.campaigns import Verdict
 from kernelflow.artifacts.store import Store
-from kernelflow.artifacts.tables import model_of
+from kernelflow.artifacts.timed import latest_full_timing
 from kernelflow.flows.search.ladder import geomean_on, per_workload
 from kernelflow.stages.contracts import BenchmarkResult
 
@@ -37,17 +37,6 @@ class Check:
     previous: float | None = None  # geomean speedup over eager then, on the shapes compared
     retimed: float | None = None  # and now
     noise_factor: float | None = None  # exp(band)
-
-
-def _full_timing(store: Store, run_id: str, candidate_id: str) -> BenchmarkResult | None:
-    """The candidate's latest successful benchmark call over every timed shape in that run."""
-    bench = store.read("benchmarks", run_id)
-    if bench.empty:
-        return None
-    ok = bench[(bench.candidate_id == candidate_id) & (bench.status == "ok") & bench.speedup_vs_eager.notna()]
-    if "workloads" in ok:
-        ok = ok[ok.workloads.isna()]
-    return model_of(BenchmarkResult, ok.iloc[-1].to_dict()) if not ok.empty else None
 
 
 def _failure(store: Store, run_id: str, candidate_id: str) -> str | None:
@@ -72,10 +61,10 @@ def check(store: Store, previous_run_id: str, candidate_id: str, run_id: str, fl
     if all(not f.empty for f in sources) and sources[0].source_sha256.iloc[0] != sources[1].source_sha256.iloc[0]:
         return Check("not_checked", f"the problem changed since {previous_run_id}: last time's best answers another "
                      "question")
-    then = _full_timing(store, previous_run_id, candidate_id)
+    then = latest_full_timing(store, previous_run_id, candidate_id)
     if then is None:
         return Check("not_checked", f"run {previous_run_id} has no full timing of {candidate_id}")
-    now = _full_timing(store, run_id, candidate_id)
+    now = latest_full_timing(store, run_id, candidate_id)
     if now is None:
         why = _failure(store, run_id, candidate_id)
         if why is not None:

@@ -1,4 +1,4 @@
-"""Resume and warm start, from the artifact store alone (issue 6, item 6).
+"""Resume and warm start, from the artifact store alone.
 
 `restore(run)` rebuilds a run's search state from its own tables: the candidates in the order they were tried,
 each one's fate (a compile, verify or benchmark failure with its evidence; a verified speedup; a ladder's pruning),
@@ -6,7 +6,7 @@ the incumbent, the profile feedback and actions, what it spent of its device-tim
 strategy's last saved state (search_state table). It returns the candidates that were proposed but never finished
 evaluating (the process died mid-candidate): the search evaluates those first, so nothing is lost and nothing is
 proposed twice. A round interrupted mid-way (the
-agents strategy's) is put back in run.round instead, what is left of it: its candidates, the one under way included,
+agents strategy's) is put back in the state's round instead, what is left of it: its candidates, the one under way included,
 are evaluated by the round, each for the turn (agent) that proposed it.
 `last_best(store, problem)` is the best candidate of the latest finished run of the same problem (same source
 hash), for a warm start: the next night's run evaluates it first, so it starts from last night's result. A campaign
@@ -28,11 +28,10 @@ from kernelflow.stages.contracts import (
     Action,
     Candidate,
     CompileResult,
-    Failure,
     LLMCall,
     Problem,
     Proposal,
-    SearchState,
+    SearchSnapshot,
 )
 
 STAGES: tuple[tuple[str, Literal["compile", "verify", "benchmark"]], ...] = (
@@ -50,51 +49,50 @@ def _full(record: dict) -> bool:
     return value is None or (isinstance(value, float) and pd.isna(value))
 
 
-def restore(run: Run) -> tuple[list[Candidate], SearchState | None]:
-    """Fill `run` from its tables; (candidates to evaluate first, the strategy's last saved state)."""
-    store, done = run.store, set()
+def restore(run: Run) -> tuple[list[Candidate], SearchSnapshot | None]:
+    """Fill the run's search state from its tables; (candidates to evaluate first, the strategy's last saved
+    snapshot)."""
+    store, state, done = run.recorder.store, run.state, set()
     for record in _rows(store, "candidates", run.id):
         candidate = model_of(Candidate, record)
-        if candidate.id not in run.candidates:
-            run.tried.append(candidate.id)
-            run.candidates[candidate.id] = candidate
-            run.recorded.add(candidate.id)
+        state.consider(candidate)
+        run.recorder.recorded.add(candidate.id)
     for record in _rows(store, "compiles", run.id):
-        run.compiled[record["candidate_id"]] = model_of(CompileResult, record)
+        state.compiled_as(model_of(CompileResult, record))
     rows = {table: _rows(store, table, run.id) for table, _ in STAGES}
     for table, stage in STAGES:
         for record in rows[table]:
             cid = record["candidate_id"]
-            if cid not in run.candidates:
+            if cid not in state.candidates:
                 continue
             if record["status"] != "ok":
-                run.failures[cid] = Failure(stage=stage, kind=record["failure_kind"], message=record["message"] or "")
+                state.reject(cid, stage, record["failure_kind"], record["message"] or "")
                 done.add(cid)
             elif table == "benchmarks" and _full(record) and pd.notna(record.get("speedup_vs_eager")):
-                run.speedups[cid] = float(record["speedup_vs_eager"])
+                state.speedups[cid] = float(record["speedup_vs_eager"])
     rungs = _rows(store, "rungs", run.id)
     done |= {r["candidate_id"] for r in rungs if r["outcome"] in ("pruned", "kept", "accepted", "rejected")}
     accepted = {r["candidate_id"] for r in rungs if r["outcome"] == "accepted"}
-    eligible = {c: s for c, s in run.speedups.items() if not rungs or c in accepted}
-    done |= set(run.speedups) if not rungs else set()
-    run.verified = len(run.speedups)
+    eligible = {c: s for c, s in state.speedups.items() if not rungs or c in accepted}
+    done |= set(state.speedups) if not rungs else set()
+    state.verified = len(state.speedups)
     if eligible:
         best = max(eligible, key=lambda c: eligible[c])
-        run.best = (eligible[best], run.candidates[best])
+        state.best = (eligible[best], state.candidates[best])
     for record in _rows(store, "feedback", run.id):
-        if record.get("contender") == "candidate" and record["candidate_id"] in run.candidates:
+        if record.get("contender") == "candidate" and record["candidate_id"] in state.candidates:
             findings = json.loads(record.get("findings") or "[]")
-            run.feedback[record["candidate_id"]] = record.get("text") or ""
-            run.actions[record["candidate_id"]] = [Action(**f["action"]) for f in findings
-                                                   if not (f.get("explained_by") or f.get("not_own"))]
+            state.advise(record["candidate_id"], [Action(**f["action"]) for f in findings
+                                                  if not (f.get("explained_by") or f.get("not_own"))],
+                         record.get("text") or "")
     spend(run, rows["verifications"] + rows["benchmarks"])
-    states = _rows(store, "search_state", run.id)
-    state = model_of(SearchState, states[-1]) if states else None
-    if state is not None:
-        run.lessons = list(state.lessons)
-        run.round = unfinished(state.round, done)
-    in_round = {cid for turn in run.round for cid in turn.left}
-    return [run.candidates[c] for c in run.tried if c not in done and c not in in_round], state
+    snapshots = _rows(store, "search_state", run.id)
+    saved = model_of(SearchSnapshot, snapshots[-1]) if snapshots else None
+    if saved is not None:
+        state.teach(saved.lessons)
+        state.plan_round(unfinished(saved.round, done))
+    in_round = {cid for turn in state.round for cid in turn.left}
+    return [state.candidates[c] for c in state.tried if c not in done and c not in in_round], saved
 
 
 def spend(run: Run, checked: list[dict]) -> None:
@@ -102,10 +100,10 @@ def spend(run: Run, checked: list[dict]) -> None:
     and profile call, as run.py charges them; `checked`: the verifications and benchmarks rows, read already) and its
     LLM calls, so a resumed run keeps the budgets it was given rather than starting them anew. Wall time is the
     resumed process's own (the hours between are nobody's)."""
-    calls = [r for r in checked if isinstance(r.get("candidate_id"), str)] + _rows(run.store, "profiles", run.id)
-    run.gpu_s = sum(float(r["duration_s"]) for r in calls if pd.notna(r.get("duration_s")))
-    for record in _rows(run.store, "llm_calls", run.id):
-        run.llm.charge(model_of(LLMCall, record))
+    store = run.recorder.store
+    calls = [r for r in checked if isinstance(r.get("candidate_id"), str)] + _rows(store, "profiles", run.id)
+    run.state.spend_device(sum(float(r["duration_s"]) for r in calls if pd.notna(r.get("duration_s"))))
+    run.state.spend_llm([model_of(LLMCall, record) for record in _rows(store, "llm_calls", run.id)])
 
 
 def unfinished(round_: list[Proposal], done: set[str]) -> list[Proposal]:

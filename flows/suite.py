@@ -1,6 +1,7 @@
-"""A campaign's suite file (YAML): the problems, and how each is optimized: budgets, strategy, proposer, LLM limits,
-executor, store, device, and where the runs happen (here, one after another, or on GPU work queues through a
-deployment). suites/nightly.yaml is an example; docs/CAMPAIGNS.md describes every key.
+"""A campaign's suite file (YAML): the problems, how each is optimized (a RunConfig, flows/config.py: the keys at the
+top of the file and in `defaults` for every entry, an entry's own over them) and where the runs happen (here, one
+after another, or on GPU work queues through a deployment). suites/nightly.yaml is an example; docs/CAMPAIGNS.md
+describes every key.
 
     name: nightly
     store: s3://kernelflow/nightly             # --store overrides it
@@ -27,15 +28,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from kernelflow.stages.contracts import Backend, Baseline, Contract, Device, SizeSet, sha256_text
+from kernelflow.flows.config import RunConfig
+from kernelflow.stages.contracts import Contract, sha256_text
 from kernelflow.stages.errors import KernelflowError
-from kernelflow.stages.executors.docker import Docker
-from kernelflow.stages.executors.run import Mode
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = PROJECT_ROOT / "problems"
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")  # Prefect artifact keys allow lowercase letters, digits and dashes
-SECRET_KEYS = ("api_key", "key", "token", "secret", "password")
 
 
 class SuiteError(KernelflowError):
@@ -45,42 +44,13 @@ class SuiteError(KernelflowError):
         super().__init__(f"suite {path}: {what}")
 
 
-class Settings(Contract):
-    """How one problem is optimized; unset fields fall back to the suite's defaults, then to optimize's own."""
+class Settings(RunConfig):
+    """How problems are optimized, as a suite's `defaults` or an entry gives it: RunConfig's fields, of which only
+    those given count (an entry's over the defaults, the defaults over RunConfig's own); the rule that an image goes
+    with the docker executor is checked on the merged configuration (Suite.config)."""
 
-    budget: int | None = Field(default=None, ge=1, description="candidates to evaluate (a warm start's seed counts)")
-    strategy: str | None = Field(default=None, description="search strategy (flows/search/): greedy, mcts, ladder, "
-                                 "agents")
-    proposer: str | None = Field(default=None, description="builtin (templates) or llm")
-    backend: Backend | None = Field(default=None, description="restrict candidates to one backend")
-    wall_time_s: float | None = Field(default=None, gt=0, description="wall-time budget of the run, seconds")
-    gpu_seconds: float | None = Field(default=None, gt=0, description="device seconds of verify, benchmark and "
-                                      "profile calls, at most")
-    sizes: SizeSet | None = Field(default=None, description="workload set to time (default: gpu on cuda)")
-    baselines: list[Baseline] | None = Field(default=None, description="baselines timed beside each candidate")
-    policy: dict[str, bool] | None = Field(default=None, description="Policy fields that override the problem's")
-    seed: int | None = Field(default=None, description="the run's base seed")
-    profile: bool | None = Field(default=None, description="profile promoted candidates (and the baselines)")
-    target_sol: float | None = Field(default=None, gt=0, le=1, description="stop once the best candidate runs at this "
-                                     "share of speed of light (a GPU whose ceilings are known)")
-
-    @field_validator("strategy")
-    @classmethod
-    def _known_strategy(cls, value: str | None) -> str | None:
-        from kernelflow.flows.search import STRATEGIES
-
-        if value is not None and value not in STRATEGIES:
-            raise ValueError(f"unknown strategy {value!r}; known: {', '.join(sorted(STRATEGIES))}")
-        return value
-
-    @field_validator("proposer")
-    @classmethod
-    def _known_proposer(cls, value: str | None) -> str | None:
-        from kernelflow.stages.proposers import PROPOSERS
-
-        if value is not None and value not in PROPOSERS:
-            raise ValueError(f"unknown proposer {value!r}; known: {', '.join(sorted(PROPOSERS))}")
-        return value
+    def _image_with_docker(self) -> Settings:  # type: ignore[override]
+        return self
 
 
 class Entry(Settings):
@@ -104,22 +74,6 @@ class Entry(Settings):
         return self
 
 
-class LLM(Contract):
-    """The LLM proposer's model and limits per run; the endpoint and key come from the environment, never from here."""
-
-    model: str | None = Field(default=None, description="model name (default $KERNELFLOW_LLM_MODEL)")
-    max_tokens: int | None = Field(default=None, ge=1, description="stop a run when its LLM calls used this many tokens")
-    max_usd: float | None = Field(default=None, gt=0, description="stop a run when its LLM calls cost this much")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and (found := [k for k in data if any(s in str(k).lower() for s in SECRET_KEYS)]):
-            raise ValueError(f"{', '.join(map(str, found))}: a suite never holds a key; set OPENAI_API_KEY or "
-                             "KERNELFLOW_LLM_SECRET_BLOCK where the runs happen")
-        return data
-
-
 class Dispatch(Contract):
     """Where the per-problem optimize runs happen."""
 
@@ -141,16 +95,11 @@ class Suite(Contract):
     name: str = Field(description="lowercase letters, digits, dashes; campaigns of one suite are compared night "
                       "to night")
     description: str = ""
-    store: str | None = Field(default=None, description="artifact store: a directory or s3://bucket/prefix "
-                              "(default $KERNELFLOW_STORE or ./runs)")
-    device: Device | None = Field(default=None, description="default: cuda where a GPU is visible")
-    executor: Literal["subprocess", "inline", "docker"] = Field(default="subprocess", description="where stages "
-                                                                "that run candidate code run")
-    image: str | None = Field(default=None, description="stage worker image, for executor: docker")
     regression_floor: float = Field(default=0.05, ge=0, lt=1, description="a slowdown is flagged only beyond this "
                                     "fraction, however tight the intervals (flows/regression.py)")
-    defaults: Settings = Field(default_factory=Settings)
-    llm: LLM = Field(default_factory=LLM)
+    defaults: Settings = Field(default_factory=Settings, description="settings for every entry; RunConfig's fields "
+                               "given at the top of the file (store, device, executor, image, llm, ...) count as "
+                               "defaults too")
     dispatch: Dispatch = Field(default_factory=Dispatch)
     problems: list[Entry] = Field(min_length=1)
     path: str = Field(default="", description="the suite file, once loaded")
@@ -163,6 +112,21 @@ class Suite(Contract):
             raise ValueError(f"{value!r}: use lowercase letters, digits and dashes")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _top_level_defaults(cls, data: Any) -> Any:
+        """RunConfig's fields at the top of the file are defaults for every entry (not also in `defaults`)."""
+        if not isinstance(data, dict):
+            return data
+        top = {k: data[k] for k in RunConfig.model_fields if k in data}
+        given = data.get("defaults") or {}
+        if twice := sorted(set(top) & set(given if isinstance(given, dict) else {})):
+            raise ValueError(f"{', '.join(twice)}: set both at the top of the suite and in `defaults`; keep one")
+        if not top:
+            return data
+        rest = {k: v for k, v in data.items() if k not in top}
+        return {**rest, "defaults": {**(given if isinstance(given, dict) else {}), **top}}
+
     @field_validator("problems", mode="before")
     @classmethod
     def _plain_entries(cls, value: Any) -> Any:
@@ -173,16 +137,28 @@ class Suite(Contract):
         names = [e.name for e in self.problems]
         if twice := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"entries named twice: {', '.join(twice)}; give each a distinct `name`")
-        if (self.executor == "docker") != (self.image is not None):
-            raise ValueError("executor: docker goes with image: NAME, and image with executor: docker")
+        for entry in self.problems:
+            try:
+                self.config(entry)
+            except ValueError as e:
+                raise ValueError(f"entry {entry.name}: {e}") from e
         return self
 
     @property
     def sha256(self) -> str:
         return sha256_text(self.text)
 
-    def mode(self) -> Mode:
-        return Docker(image=self.image) if self.executor == "docker" and self.image else self.executor  # type: ignore[return-value]
+    @property
+    def store(self) -> str | None:
+        """The suite's store (a default for every entry): where the campaign's own tables go."""
+        return self.defaults.store
+
+    def config(self, entry: Entry) -> RunConfig:
+        """The entry's RunConfig: its settings over the suite's defaults over RunConfig's own (llm key by key)."""
+        base = self.defaults.model_dump(exclude_unset=True)
+        own = entry.model_dump(exclude_unset=True, exclude={"problem", "solexec", "name"})
+        merged = {**base, **own, "llm": {**base.get("llm", {}), **own.get("llm", {})}}
+        return RunConfig.model_validate(merged)
 
     def problem_path(self, entry: Entry) -> str:
         """The entry's problem file: a path relative to the suite file, the working directory or the project; a
@@ -198,17 +174,6 @@ class Suite(Contract):
             return str(PROBLEMS / f"{entry.problem}.py")
         found = next((p for p in tried if p.is_file() or is_definition(p)), tried[0])
         return resolve(found, deferred=True)
-
-    def optimize_kwargs(self, entry: Entry) -> dict[str, Any]:
-        """optimize's parameters for this entry (store and warm start are the campaign's to add); unset settings are
-        left out, so optimize's own defaults apply."""
-        settings = {**self.defaults.model_dump(exclude_none=True),
-                    **entry.model_dump(exclude_none=True, exclude={"problem", "solexec", "name"})}
-        if "gpu_seconds" in settings:
-            settings["gpu_s_budget"] = settings.pop("gpu_seconds")
-        llm = {"model": self.llm.model, "llm_max_tokens": self.llm.max_tokens, "llm_max_usd": self.llm.max_usd}
-        return {"problem_path": self.problem_path(entry), "device": self.device, "executor": self.mode(),
-                **{k: v for k, v in llm.items() if v is not None}, **settings}
 
 
 def load_suite(path: str | Path) -> Suite:

@@ -1,7 +1,6 @@
-"""Prefect tasks around the stages: retries on infrastructure faults, compile caching, the per-GPU lock.
-
-Stages know nothing of Prefect; these wrappers only declare resilience and where the stage runs.
-"""
+"""Prefect tasks around the stages: retries on infrastructure faults, the compile and profile caches, and each stage
+call's run in the Prefect UI. They declare resilience only: the work is the stages' (generate and refine inline, the
+others through flows/steps.py's `execute`: where the executor says, under the GPU's lock, files kept as blobs)."""
 
 from __future__ import annotations
 
@@ -9,31 +8,26 @@ import hashlib
 import json
 import subprocess
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import torch
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
-from kernelflow.flows.gpu_lock import gpu_lock
+from kernelflow.flows.steps import execute
 from kernelflow.stages import generate, refine
 from kernelflow.stages.backends import toolchain
 from kernelflow.stages.contracts import (
-    BenchmarkRequest,
-    BenchmarkResult,
     CompileRequest,
-    CompileResult,
     Feedback,
     GenerateRequest,
     GenerateResult,
     ProfileRequest,
-    ProfileResult,
-    VerifyRequest,
-    VerifyResult,
+    StageRequest,
+    StageResult,
 )
 from kernelflow.stages.errors import InfrastructureError
-from kernelflow.stages.executors.run import Mode, run_stage
+from kernelflow.stages.executors.run import Mode
 from kernelflow.stages.refine import RefineRequest
 
 
@@ -54,12 +48,12 @@ def toolchain_fingerprint() -> str:
 
 
 def compile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """Everything that determines a compile's output: source, backend, arch, toolchain, problem shapes, and
-    the blob directory its artifacts live in (a cached result must point at blobs that exist)."""
+    """Everything that determines a compile's output: source, backend, arch, toolchain, problem shapes, and the store
+    its files are kept in (a cached result must name blobs that exist)."""
     req: CompileRequest = parameters["req"]
     problem = req.problem.source_sha256 if req.problem else "-"
     text = "\n".join([req.candidate.backend, req.candidate.source, req.arch, toolchain_fingerprint(), problem,
-                      req.blob_dir])
+                      parameters["store_root"]])
     return "compile-" + hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -79,13 +73,12 @@ def profiler_fingerprint() -> str:
 
 
 def profile_cache_key(context: Any, parameters: dict[str, Any]) -> str:
-    """(candidate or baseline, its binaries, workload, problem, GPU, ncu version, toolchain): a candidate is its
-    compiled binaries and source; a baseline (no binaries) is the reference under this torch."""
+    """(candidate source or baseline, workload, problem, GPU, ncu version, toolchain, store): a candidate's binaries
+    follow from its source and the toolchain; a baseline is the reference under this torch."""
     req: ProfileRequest = parameters["req"]
-    compiled: CompileResult | None = parameters["compiled"]
-    binaries = sorted(compiled.blobs.values()) if compiled else []
-    text = "\n".join([req.subject_id, req.contender, *binaries, str(req.workload), req.problem.source_sha256,
-                      req.blob_dir, profiler_fingerprint(), toolchain_fingerprint()])
+    source = req.candidate.source if req.candidate else ""
+    text = "\n".join([req.subject_id, req.contender, source, str(req.workload), req.problem.source_sha256,
+                      profiler_fingerprint(), toolchain_fingerprint(), parameters["store_root"]])
     return "profile-" + hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -98,30 +91,41 @@ def generate_task(req: GenerateRequest) -> GenerateResult:
     return generate.run(req)
 
 
-# Cached results are read back from storage, not kept in memory: Prefect's in-memory copy (an LRU of 1000 per result
-# store, held by the enclosing flow) grew a campaign's flow process by ~7 kB per compiled candidate.
-@task(name="compile", cache_key_fn=compile_cache_key, persist_result=True, cache_result_in_memory=False, **RETRY)
-def compile_task(req: CompileRequest, mode: Mode) -> CompileResult:
-    return run_stage("compile", req, mode)  # type: ignore[return-value]
-
-
-@task(name="verify", cache_policy=NO_CACHE, **RETRY)
-def verify_task(req: VerifyRequest, mode: Mode) -> VerifyResult:
-    return run_stage("verify", req, mode)  # type: ignore[return-value]
-
-
-@task(name="profile", cache_key_fn=profile_cache_key, persist_result=True, cache_result_in_memory=False, **RETRY)
-def profile_task(req: ProfileRequest, mode: Mode, store_root: str, compiled: CompileResult | None) -> ProfileResult:
-    with gpu_lock(Path(store_root), req.device):  # counters and timing need the GPU to themselves
-        return run_stage("profile", req, mode)  # type: ignore[return-value]
-
-
 @task(name="refine", cache_policy=NO_CACHE, **RETRY)
 def refine_task(req: RefineRequest) -> Feedback:
     return refine.run(req)
 
 
+# Cached results are read back from storage, not kept in memory: Prefect's in-memory copy (an LRU of 1000 per result
+# store, held by the enclosing flow) grows a campaign's flow process by ~7 kB per compiled candidate (docs/LOG.md).
+@task(name="compile", cache_key_fn=compile_cache_key, persist_result=True, cache_result_in_memory=False, **RETRY)
+def compile_task(req: StageRequest, mode: Mode, store_root: str) -> StageResult:
+    return execute("compile", req, mode, store_root)
+
+
+@task(name="verify", cache_policy=NO_CACHE, **RETRY)
+def verify_task(req: StageRequest, mode: Mode, store_root: str) -> StageResult:
+    return execute("verify", req, mode, store_root)
+
+
 @task(name="benchmark", cache_policy=NO_CACHE, **RETRY)  # never cached: every timing is measured afresh
-def benchmark_task(req: BenchmarkRequest, mode: Mode, store_root: str) -> BenchmarkResult:
-    with gpu_lock(Path(store_root), req.device):
-        return run_stage("benchmark", req, mode)  # type: ignore[return-value]
+def benchmark_task(req: StageRequest, mode: Mode, store_root: str) -> StageResult:
+    return execute("benchmark", req, mode, store_root)
+
+
+@task(name="profile", cache_key_fn=profile_cache_key, persist_result=True, cache_result_in_memory=False, **RETRY)
+def profile_task(req: StageRequest, mode: Mode, store_root: str) -> StageResult:
+    return execute("profile", req, mode, store_root)
+
+
+TASKS: dict[str, Task[..., StageResult]] = {"compile": compile_task, "verify": verify_task,
+                                              "benchmark": benchmark_task, "profile": profile_task}
+
+
+def stage_task(name: str) -> Task[..., StageResult]:
+    return TASKS[name]
+
+
+def in_tasks(name: str, req: StageRequest, mode: Mode, store_root: str) -> StageResult:
+    """flows/steps.py's `execute` as the stage's Prefect task (Steps.execute in a flow)."""
+    return TASKS[name](req, mode, store_root)

@@ -8,11 +8,12 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 if TYPE_CHECKING:
+    from kernelflow.flows.config import RunConfig
     from kernelflow.stages.contracts import Device
     from kernelflow.stages.executors.run import Mode
 
@@ -59,24 +60,18 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     return roofline([resolve(p, deferred=True) for p in args.paths], gpu=args.gpu)
 
 
-def _judge(args: argparse.Namespace, timed: bool) -> int:
+def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
+    """`verify` (timed False) and `bench`: a user's candidate file through the run steps (flows/steps.py)."""
     from kernelflow.artifacts.problem_runs import index
     from kernelflow.artifacts.store import Store
-    from kernelflow.stages.contracts import (
-        BenchmarkRequest,
-        BenchmarkResult,
-        Candidate,
-        CompileRequest,
-        Origin,
-        VerifyRequest,
-    )
-    from kernelflow.stages.executors.run import run_stage
+    from kernelflow.flows.recorder import Recorder
+    from kernelflow.flows.steps import Steps
+    from kernelflow.stages.contracts import Candidate, Origin
     from kernelflow.stages.harness.candidate import backend_of
     from kernelflow.stages.problems import defaults
     from kernelflow.stages.problems.kernelbench import load_problem
     from kernelflow.stages.problems.solexec import resolve
 
-    mode = _executor(args)
     problem = load_problem(resolve(args.problem))
     source = Path(args.candidate).read_text()
     candidate = Candidate.make(problem.id, args.backend or backend_of(source), source,
@@ -85,20 +80,12 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
     sizes = args.sizes or defaults.timed_sizes(problem, device)
     store = Store(args.store)
     run_id = f"cli-{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}"
-    common = dict(blob_dir=str(store.blob_dir), timeout_s=args.timeout)
-    work = store.work_dir / run_id / candidate.id
-    store.append("candidates", run_id, [candidate])
+    steps = Steps(Recorder(store, run_id), _executor(args), args.timeout)
     print(f"{candidate.backend} candidate {candidate.id} for {problem.id} on {device}; artifacts under "
           f"{store.location} (run {run_id})", flush=True)
-    results = [run_stage("compile", CompileRequest(candidate=candidate, problem=problem, workdir=str(work / "compile"),
-                                                   **common), mode)]
-    store.append("compiles", run_id, results[-1:])
+    results: list = [steps.compile(problem, candidate)]
     if results[-1].status == "ok":
-        results.append(run_stage("verify", VerifyRequest.model_validate(dict(
-            problem=problem, candidate=candidate, device=device, sizes=defaults.verified_sizes(problem, device, sizes),
-            workdir=str(work / "verify"),
-            **common)), mode))
-        store.append("verifications", run_id, results[-1:])
+        results.append(steps.verify(problem, candidate, device, defaults.verified_sizes(problem, device, sizes)))
     for r in results:
         kind = f": {r.failure_kind}" if r.failure_kind else ""
         print(f"{type(r).__name__.removesuffix('Result').lower():8s} {r.status}{kind}: {r.message}")
@@ -109,11 +96,8 @@ def _judge(args: argparse.Namespace, timed: bool) -> int:
         print("VERIFIED")
         return 0
     baselines = args.baselines.split(",") if args.baselines else defaults.baselines(device)
-    timed_result = cast(BenchmarkResult, run_stage("benchmark", BenchmarkRequest.model_validate(dict(
-        problem=problem, candidate=candidate, device=device, sizes=sizes, baselines=baselines,
-        workdir=str(work / "benchmark"), **common)), mode))
+    timed_result = steps.benchmark(problem, candidate, device, sizes, baselines)
     index(store, problem.id, run_id)  # a run that timed the problem: `kernelflow export` considers it
-    store.append_benchmark(run_id, timed_result)
     kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
     print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")
     unit = "GPU" if device == "cuda" else "CPU (not comparable with GPU numbers)"
@@ -214,17 +198,25 @@ def _policy(pairs: list[str] | None) -> dict | None:
     return out or None
 
 
+def run_config(args: argparse.Namespace) -> RunConfig:
+    """The optimize command's options as a RunConfig."""
+    from kernelflow.flows.config import LLMLimits, RunConfig
+
+    return RunConfig(
+        budget=args.budget, wall_time_s=args.wall_time, gpu_seconds=args.gpu_seconds, target_sol=args.target_sol,
+        strategy=args.strategy, proposer=args.proposer, backend=args.backend,
+        llm=LLMLimits(model=args.model, max_tokens=args.llm_max_tokens, max_usd=args.llm_max_usd),
+        device=args.device, sizes=args.sizes, baselines=args.baselines.split(",") if args.baselines else None,
+        executor=args.executor, image=args.image, store=args.store, policy=_policy(args.policy),
+        warm_start=args.warm_start)
+
+
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
     from kernelflow.stages.problems.solexec import resolve
 
-    summary = optimize(resolve(args.problem), budget=args.budget, store=args.store, device=args.device,
-                       sizes=args.sizes, proposer=args.proposer, backend=args.backend, wall_time_s=args.wall_time,
-                       baselines=args.baselines.split(",") if args.baselines else None, executor=_executor(args),
-                       policy=_policy(args.policy), model=args.model, llm_max_tokens=args.llm_max_tokens,
-                       llm_max_usd=args.llm_max_usd, strategy=args.strategy, gpu_s_budget=args.gpu_seconds,
-                       target_sol=args.target_sol,
-                       resume=args.resume, warm_start=args.warm_start)
+    _executor(args)  # --image and --executor checked before Prefect starts
+    summary = optimize(str(Path(resolve(args.problem)).resolve()), run_config(args), resume=args.resume)
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
@@ -346,7 +338,7 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--timeout", type=float, default=600.0, help="per-stage deadline, seconds")
         executor_options(sp)
         common(sp)
-        sp.set_defaults(fn=lambda a, t=timed: _judge(a, t))
+        sp.set_defaults(fn=lambda a, t=timed: cmd_verify(a, t))
     s = sub.add_parser("show", help="leaderboard of a run, from the artifacts alone")
     s.add_argument("run", nargs="?", default="latest")
     s.add_argument("--store", help=STORE_HELP)
@@ -407,9 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if home := os.environ.get("PREFECT_HOME"):  # Prefect creates its home without parents, then fails to start
         Path(home).expanduser().mkdir(parents=True, exist_ok=True)
-    # The local server's first start creates and migrates its database. In a fresh clone on a 2-core machine, right
-    # after a test run, that outlasted Prefect's 20 s default and `make demo` failed (2026-12-02; it passed on the
-    # rerun). Set before any command imports Prefect, which reads its settings then; a user's own value stands.
+    # The local server's first start creates and migrates its database, which on a small machine under load can
+    # outlast Prefect's 20 s default (docs/LOG.md). Set before any command imports Prefect, which reads its settings
+    # then; a user's own value stands.
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(EPHEMERAL_STARTUP_S))
     return args.fn(args)
 

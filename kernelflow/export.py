@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from kernelflow.artifacts.problem_runs import runs_of
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.tables import model_of
+from kernelflow.artifacts.timed import latest_full_timing
 from kernelflow.artifacts.winner import Winner, winner
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, CompileResult, Problem, VerifyResult
 from kernelflow.stages.errors import KernelflowError
@@ -70,16 +71,6 @@ def _last(frame: pd.DataFrame, **match: Any) -> dict[str, Any] | None:
     return frame.iloc[-1].to_dict() if not frame.empty else None
 
 
-def _own_benchmark(store: Store, run_id: str, candidate_id: str) -> BenchmarkResult | None:
-    """The candidate's latest successful benchmark call over every timed workload (what the winner rule uses)."""
-    bench = store.read("benchmarks", run_id)
-    if bench.empty:
-        return None
-    ok = bench[(bench.candidate_id == candidate_id) & (bench.status == "ok") & bench.speedup_vs_eager.notna()]
-    row = _last(ok[ok.workloads.isna()] if "workloads" in ok else ok)
-    return model_of(BenchmarkResult, row) if row else None
-
-
 def _timed(store: Store, problem_id: str, run_id: str | None = None) -> list[str]:
     """The runs whose benchmarks or baselines timed the problem: run `run_id` alone if named, else of the problem's
     runs (artifacts/problem_runs.py), each run's own partitions read."""
@@ -106,7 +97,7 @@ def choose(store: Store, problem_id: str, run_id: str | None = None, even_if_slo
             verdicts.append(f"run {run}: {won.text if won else 'nothing timed'}")
             continue
         cid = won.id if not won.is_baseline else str(won.best_candidate_id)
-        bench = _own_benchmark(store, run, cid)
+        bench = latest_full_timing(store, run, cid)
         if bench is not None and bench.speedup_vs_eager is not None:
             options.append(Choice(run_id=run, device=bench.device, candidate_id=cid,
                                   speedup_vs_eager=bench.speedup_vs_eager, verdict=won))
@@ -222,7 +213,7 @@ def _gather(store: Store, choice: Choice, problem_id: str, path: Path | None) ->
     if row is None or verified.empty:
         raise ExportError(f"run {run} has no {'passed verification' if row else 'source'} of candidate {cid}")
     compiled = _last(store.read("compiles", run), candidate_id=cid, status="ok")
-    bench = _own_benchmark(store, run, cid)
+    bench = latest_full_timing(store, run, cid)
     assert bench is not None  # choose() found it
     record = _last(store.runs(run))
     prov = next((t.provenance for t in bench.timings if t.contender == "candidate"), None)

@@ -1,10 +1,10 @@
 """The export's lean host path: a template's forward, recorded once per input signature as its Triton launches, then
-replayed with fresh outputs and no forward logic (docs/EXPORT.md, "Host path"; issue 8, part 5).
+replayed with fresh outputs and no forward logic (docs/EXPORT.md, "Host path").
 
 Why. KernelBench's procedure times a call from an event recorded behind its L2 flush; when the host takes longer to
-reach the forward's first launch than the flush keeps the device busy, the wait is timed. A template's forward took
-31 us of host time warm and 80-100 us in a slow process on the H200's host, most of it Python around one launch, and
-the flush lasts about 75 us (BENCHMARKS.md, fourteenth and fifteenth sessions).
+reach the forward's first launch than the flush keeps the device busy, the wait is timed. A template's forward
+spends most of its host time in Python around one launch, and in a slow process that can outlast the flush
+(measured: docs/LOG.md).
 
 Copied verbatim into every export whose model_new.py launches through `_kf_launch` (stages/templates/launch.py), as
 replay.py; it imports only torch and triton. `replaying(ModelNew, model_new)` returns a subclass of the verified
@@ -221,7 +221,7 @@ def _plan_source(model: nn.Module, args: tuple[Any, ...], outs: list[torch.Tenso
             like = next((i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.shape == w.shape
                          and a.stride() == w.stride() and a.dtype == w.dtype and a.device == w.device
                          and a.is_contiguous()), None)
-            if like is not None:  # the cheapest allocation on the H200's host: 2.6 us against 4.5-5.6 (BENCHMARKS.md)
+            if like is not None:  # the cheapest allocation on the host (measured: docs/LOG.md)
                 lines.append(f"    {name} = torch.empty_like(a[{like}])")
             else:
                 lines.append(f"    {name} = torch.empty_strided({tuple(w.shape)}, {w.stride()}, "

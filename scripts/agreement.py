@@ -268,8 +268,9 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
 
     from kernelflow.artifacts.store import Store
     from kernelflow.export import export
-    from kernelflow.stages import benchmark, verify
-    from kernelflow.stages.contracts import BenchmarkRequest, SizeSet, VerifyRequest
+    from kernelflow.flows.recorder import Recorder
+    from kernelflow.flows.steps import Steps
+    from kernelflow.stages.contracts import SizeSet
     from kernelflow.stages.harness.instantiate import build, set_precision
     from kernelflow.stages.problems.inputs import draw, trial_seed
     from kernelflow.stages.problems.kernelbench import import_problem, load_problem
@@ -288,25 +289,21 @@ def agree(problem_id: str, data: dict[str, Any], device: str, workdir: Path, kb_
                                                             "autograd": not no_grad},
                                             "kernelflow": {"baselines": list(baselines), **(bench_knobs or {})}}}
     store, run = Store(workdir / "store"), f"agreement-{problem_id}"
-    common = dict(problem=problem, candidate=cand, device=device, blob_dir=str(store.blob_dir))
-    checked = verify.run(VerifyRequest(**common, sizes=[sizes], trials=verify_trials,  # type: ignore[arg-type]
-                                       workdir=str(workdir / "verify")))
+    steps = Steps(Recorder(store, run), "inline")  # in this process: KernelBench's procedure times it here too
+    steps.recorder.problem(problem)
+    steps.recorder.candidate(cand)
+    checked = steps.verify(problem, cand, device, [sizes], trials=verify_trials)
     record["verify"] = {"status": checked.status, "trials_passed": checked.trials_passed,
                         "max_err_ratio": checked.max_err_ratio, "message": checked.message[:300]}
     log(f"{problem_id}: verify {checked.status} ({checked.message[:120]}) {time.monotonic() - started:.0f} s")
     if checked.status != "ok":
         record["message"] = f"verify: {checked.message[:500]}"
         return record
-    timed = benchmark.run(BenchmarkRequest(**common, sizes=sizes, baselines=list(baselines),  # type: ignore[arg-type]
-                                           workdir=str(workdir / "benchmark"), **(bench_knobs or {})))
+    timed = steps.benchmark(problem, cand, device, sizes, list(baselines), **(bench_knobs or {}))  # type: ignore[arg-type]
     log(f"{problem_id}: kernelflow benchmark {timed.status} ({timed.duration_s or 0:.1f} s)")
     if timed.status != "ok":
         record["message"] = f"benchmark: {timed.message[:500]}"
         return record
-    store.append("problems", run, [problem])
-    store.append("candidates", run, [cand])
-    store.append("verifications", run, [checked])
-    store.append_benchmark(run, timed)
     package = workdir / f"kb_agree_{problem_id}"
     manifest = export(store, problem_id, package, run_id=run, even_if_slower=True)
     pkg = _import_export(package)

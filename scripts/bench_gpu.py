@@ -46,9 +46,10 @@ from chunk import Chunk  # noqa: E402
 
 from kernelflow.artifacts.leaderboard import leaderboard  # noqa: E402
 from kernelflow.artifacts.store import Store  # noqa: E402
+from kernelflow.flows.recorder import Recorder  # noqa: E402
 
 if TYPE_CHECKING:
-    from kernelflow.stages.contracts import Baseline, Candidate, Problem
+    from kernelflow.stages.contracts import Baseline, Candidate, Contender, Device, Problem
 
 
 def summarize(store: Store, run_id: str, problem_id: str, wall_s: float) -> dict:
@@ -127,13 +128,13 @@ def profile_only(args: argparse.Namespace) -> None:
     """Profiles for results that lack them, on the workload --workload picks (see the module doc)."""
     import torch
 
-    from kernelflow.stages.contracts import CompileRequest, ProfileRequest
-    from kernelflow.stages.executors.run import run_stage
+    from kernelflow.flows.steps import Steps
     from kernelflow.stages.measure import captured
     from kernelflow.stages.problems.kernelbench import load_problem
 
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None  # None: a CPU dry run
-    work = Path(args.store) / "profile-only"
+    device: Device = "cuda" if gpu else "cpu"
+    store = Store(args.store)
     problems: dict[str, Problem] = {}
 
     def target(problem_id: str, data: dict) -> tuple[str | None, str, str]:
@@ -156,24 +157,20 @@ def profile_only(args: argparse.Namespace) -> None:
         if workload is None:
             continue
         slot = None if workload == first else workload  # None: the first workload, stored as before --workload
-        work_dir = work / dest.stem / (slot or "")
-        common = dict(blob_dir=str(work / "blobs"), timeout_s=300.0)
-        reqs, compiled, out = [], None, {}
-        if (cand := rebuild(problem, data)) is not None:
-            compiled = run_stage("compile", CompileRequest(candidate=cand, problem=problem,
-                                                           workdir=str(work_dir / "compile"), **common))
-            reqs.append(ProfileRequest(problem=problem, candidate=cand, workdir=str(work_dir / "candidate"),
-                                       workload=workload, **common))
-        reqs += [ProfileRequest(problem=problem, contender=b, workdir=str(work_dir / b), workload=workload,
-                                **common) for b in ("eager", "compile")]
-        for req in reqs:
-            res = run_stage("profile", req)
-            own = req.candidate is not None and compiled is not None and compiled.status == "ok"
-            record = sidecar(Path(args.results), dest.stem, req.contender, slot)
-            captured.dump(record, problem.path, gpu, res, req.candidate, compiled.kernels if own else [],
-                          library_calls=compiled.library_calls if own else [])
-            out[req.contender] = cell_of(record)
-            print(f"{dest.stem} {workload} {req.contender}: {json.dumps(out[req.contender])}", flush=True)
+        steps = Steps(Recorder(store, f"profile-only-{dest.stem}" + (f"-{slot}" if slot else "")), timeout_s=300.0)
+        cand, compiled, out = rebuild(problem, data), None, {}
+        subjects: list[tuple[Contender, Candidate | None]] = [("eager", None), ("compile", None)]
+        if cand is not None:
+            compiled = steps.compile(problem, cand)
+            subjects.insert(0, ("candidate", cand))
+        for contender, subject in subjects:
+            res = steps.profile(problem, subject, device, contender=contender, workload=workload)
+            own = subject is not None and compiled is not None and compiled.status == "ok"
+            record = sidecar(Path(args.results), dest.stem, contender, slot)
+            captured.dump(record, problem.path, gpu, res, subject, compiled.kernels if own and compiled else [],
+                          library_calls=compiled.library_calls if own and compiled else [])
+            out[contender] = cell_of(record)
+            print(f"{dest.stem} {workload} {contender}: {json.dumps(out[contender])}", flush=True)
         put_profiles(data, slot, out)
         wall = round(time.monotonic() - started, 1)
         if slot is None:
@@ -278,17 +275,14 @@ def tuned_all(cell: dict) -> bool:
 def max_autotune(args: argparse.Namespace) -> None:
     """The best candidate beside eager and torch.compile in its three modes (TUNED) in one benchmark process, for
     results that lack it; max-autotune's compile and autotuning count against --autotune-timeout."""
-    from kernelflow.stages.contracts import BenchmarkRequest
-    from kernelflow.stages.executors.run import run_stage
+    from kernelflow.flows.steps import Steps
     from kernelflow.stages.problems.kernelbench import load_problem
 
-    work = Path(args.store) / "max-autotune"
+    store = Store(args.store)
     for dest, data in pending(args, "max_autotune", tuned_all):
         problem = load_problem(ROOT / "problems" / f"{dest.stem}.py")
-        req = BenchmarkRequest(problem=problem, candidate=rebuild(problem, data), device="cuda", sizes="gpu",
-                               baselines=TUNED, workdir=str(work / dest.stem),
-                               blob_dir=str(work / "blobs"), timeout_s=args.autotune_timeout)
-        res = run_stage("benchmark", req)
+        steps = Steps(Recorder(store, f"max-autotune-{dest.stem}"), timeout_s=args.autotune_timeout)
+        res = steps.benchmark(problem, rebuild(problem, data), "cuda", "gpu", list(TUNED))
         why = res.message if len(res.message) <= 500 else f"{res.message[:150]} ... {res.message[-350:]}"
         cell: dict = {"status": res.status, "message": why, "wall_s": round(res.duration_s or 0, 1),
                       "specialized": True, "workloads": {}}
@@ -383,7 +377,8 @@ def selected(paths: list[Path], only: str | None) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.config import RunConfig
+    from kernelflow.flows.optimize import optimize
 
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
@@ -396,8 +391,9 @@ def run(args: argparse.Namespace) -> None:
         if not chunk.admits(path.stem):
             break
         started = time.monotonic()
-        summary = optimize(str(path), budget=args.budget, store=args.store, device="cuda", sizes="gpu",
-                           wall_time_s=args.wall_time, baseline_profiles=not args.no_baseline_profiles)
+        summary = optimize(str(path.resolve()), RunConfig(
+            budget=args.budget, store=args.store, device="cuda", sizes="gpu", wall_time_s=args.wall_time,
+            baseline_profiles=not args.no_baseline_profiles))
         data = summarize(Store(args.store), summary["run_id"], path.stem, time.monotonic() - started)
         dest.write_text(json.dumps(data, indent=1, default=str))
         if os.environ.get("OUT"):

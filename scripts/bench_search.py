@@ -81,7 +81,8 @@ def render(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.config import RunConfig
+    from kernelflow.flows.optimize import optimize
     from kernelflow.flows.search import STRATEGIES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -106,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
             if strategy in results.get(problem, {}) or time.monotonic() > deadline:
                 continue
             started = time.monotonic()
-            summary = optimize(str(ROOT / "problems" / f"{problem}.py"), budget=args.budget, store=args.store,
-                               device=args.device, executor=args.executor, strategy=strategy, profile=args.profile,
-                               baseline_profiles=False)
+            summary = optimize(str(ROOT / "problems" / f"{problem}.py"), RunConfig(
+                budget=args.budget, store=args.store, device=args.device, executor=args.executor, strategy=strategy,
+                profile=args.profile, baseline_profiles=False))
             row = summarize(Store(args.store), summary["run_id"]) | {"wall_s": round(time.monotonic() - started, 1)}
             results.setdefault(problem, {})[strategy] = row
             dest.write_text(json.dumps(results, indent=1, default=str))

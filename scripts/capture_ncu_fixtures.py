@@ -3,7 +3,7 @@
 three suite problems. Per entry: compile (binaries for the tools), verify (cpu and gpu sizes), profile (time,
 energy, ncu counters), then refine; writes <name>.compile.json, .verify.json, .profile.json and .feedback.json
 under the output dir, and prints a summary table last (also summary.json). <name>.fixture.json is the small file
-the CPU tests read (tests/fixtures/ncu/h200/, tests/test_h200_fixtures.py; format in stages/measure/captured.py).
+the CPU tests read (tests/fixtures/ncu/h200/, tests/stages/measure/test_h200_fixtures.py; format in stages/measure/captured.py).
 
 Run from the repo root on the GPU machine (PYTHONPATH set so `stages` imports):
     python scripts/capture_ncu_fixtures.py --out "$OUT" --max-minutes 8
@@ -24,17 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernelflow.artifacts.store import Store  # noqa: E402
+from kernelflow.flows.recorder import Recorder  # noqa: E402
+from kernelflow.flows.steps import Steps  # noqa: E402
 from kernelflow.stages import refine  # noqa: E402
 from kernelflow.stages.contracts import (  # noqa: E402
     Candidate,
-    CompileRequest,
     GenerateRequest,
     Origin,
     Problem,
-    ProfileRequest,
-    VerifyRequest,
 )
-from kernelflow.stages.executors.run import run_stage  # noqa: E402
 from kernelflow.stages.harness.candidate import backend_of  # noqa: E402
 from kernelflow.stages.measure import captured, tools  # noqa: E402
 from kernelflow.stages.measure.tools import TOOLS  # noqa: E402
@@ -80,17 +79,13 @@ def capture(name: str, problem_path: Path, cand_path: Path | None, out: Path, wo
             expected: str | None) -> None:
     problem = load_problem(problem_path)
     cand = candidate_for(problem, cand_path)
-    blobs, wd = str(work / "blobs"), work / name
-    common = dict(blob_dir=blobs, timeout_s=300.0)
-    compiled = run_stage("compile", CompileRequest(workdir=str(wd / "compile"), candidate=cand, problem=problem,
-                                                   **common))
+    steps = Steps(Recorder(Store(work), f"fixture-{name}"), timeout_s=300.0)
+    compiled = steps.compile(problem, cand)
     (out / f"{name}.compile.json").write_text(compiled.model_dump_json(indent=1))
     sizes = defaults.verified_sizes(problem, device, defaults.timed_sizes(problem, device))
-    verified = run_stage("verify", VerifyRequest(workdir=str(wd / "verify"), problem=problem, candidate=cand,
-                                                 device=device, sizes=sizes, trials=2, **common))
+    verified = steps.verify(problem, cand, device, sizes, trials=2)
     (out / f"{name}.verify.json").write_text(verified.model_dump_json(indent=1))
-    prof = run_stage("profile", ProfileRequest(workdir=str(wd / "profile"), problem=problem, candidate=cand,
-                                               device=device, energy_calls=20, **common))
+    prof = steps.profile(problem, cand, device, energy_calls=20)
     (out / f"{name}.profile.json").write_text(prof.model_dump_json(indent=1))
     gpu = _gpu_name() if prof.device == "cuda" else None
     ev = tools.evidence(problem, compiled if compiled.status == "ok" else None, prof, gpu)

@@ -17,7 +17,7 @@ store writes and reads, the table parts read and written, and the overhead (wall
 reads and wall; the store's size and file count. The JSON result holds all of it (rewritten every 100 candidates,
 so a run cut short leaves what it measured); a summary goes to stdout, a progress line every 10 candidates to stderr.
 Checked from the store afterwards (exit 1 if not): every candidate recorded exactly once (one candidates, compiles,
-verifications and benchmarks row each) and every problem finished. tests/test_load.py runs a small version and
+verifications and benchmarks row each) and every problem finished. tests/flows/test_load.py runs a small version and
 checks from the JSON that no candidate and no run reads beyond its own partition (--history puts earlier runs in
 the store, so a whole-table read would show). BENCHMARKS.md, "Load", has the numbers of the full run.
 """
@@ -213,7 +213,7 @@ def instrument(meter: Meter) -> None:
     import pandas as pd
 
     import kernelflow.flows.search.protocol as protocol
-    import kernelflow.flows.tasks
+    import kernelflow.flows.steps
     from kernelflow.artifacts import tables
 
     class CountingPandas:  # tables.read's pd: counts the parts it reads
@@ -242,8 +242,8 @@ def instrument(meter: Meter) -> None:
 
     timed(tables, "append", "write_s", "parts_written")  # store.py calls tables.append / tables.read
     timed(tables, "read", "read_s", "reads")
-    timed(kernelflow.flows.tasks, "run_stage", "stage_s")
-    run_stage = kernelflow.flows.tasks.run_stage
+    timed(kernelflow.flows.steps, "run_stage", "stage_s")
+    run_stage = kernelflow.flows.steps.run_stage
 
     def per_stage(name: str, *a: Any, **k: Any) -> Any:  # each stage's own seconds too (compile, verify, ...)
         started = time.perf_counter()
@@ -252,7 +252,7 @@ def instrument(meter: Meter) -> None:
         finally:
             meter.io[f"{name}_s"] = meter.io.get(f"{name}_s", 0.0) + time.perf_counter() - started
 
-    kernelflow.flows.tasks.run_stage = per_stage
+    kernelflow.flows.steps.run_stage = per_stage
     for name in ("compile", "verify", "benchmark", "profile"):
         meter.io[f"{name}_s"] = 0.0
     propose, consider = protocol.propose, protocol.consider
@@ -275,7 +275,7 @@ def instrument(meter: Meter) -> None:
             wall, before = time.perf_counter() - state["since"], state["io"]
             delta = {k: meter.io[k] - before[k] for k in meter.io}
             meter.candidates.append(dict(
-                index=len(meter.candidates), run_id=run.id, problem_id=run.problem.id, in_run=len(run.tried),
+                index=len(meter.candidates), run_id=run.id, problem_id=run.problem.id, in_run=len(run.state.tried),
                 candidate_id=candidate.id, t_end_s=round(meter.now(), 3), wall_s=wall, stage_s=delta["stage_s"],
                 overhead_s=wall - delta["stage_s"], write_s=delta["write_s"], read_s=delta["read_s"],
                 parts_written=delta["parts_written"], parts_read=delta["parts_read"], reads=delta["reads"],

@@ -72,9 +72,9 @@ RECHECK_EVERY = 10  # re-check the candidate's outputs on every input set, in ev
 SWAPPED = 1  # ... and, in the rotation after, with each set's buffers refilled with the next set's values
 
 
-def failed(req: BenchmarkRequest, kind: FailureKind, message: str, blobs: dict[str, str] | None = None):
+def failed(req: BenchmarkRequest, kind: FailureKind, message: str, files: dict[str, str] | None = None):
     return BenchmarkResult(candidate_id=req.candidate.id if req.candidate else "baseline", problem_id=req.problem.id,
-                           status="failed", failure_kind=kind, message=message, blobs=blobs or {},
+                           status="failed", failure_kind=kind, message=message, files=files or {},
                            device=req.device, sizes=req.sizes, workloads=req.workloads)
 
 
@@ -349,7 +349,7 @@ def precheck(req: BenchmarkRequest) -> tuple[VerifyResult, Loaded | None]:
     sizes: list[SizeSet] = [s for s in ("cpu", "gpu") if any(w.name in req.precheck for w in req.problem.workloads(s))]
     return verify.checked(VerifyRequest(problem=req.problem, candidate=req.candidate, device=req.device, sizes=sizes,
                                         trials=1, workloads=req.precheck, seed=req.seed, workdir=req.workdir,
-                                        blob_dir=req.blob_dir, timeout_s=req.timeout_s))
+                                        cache_dir=req.cache_dir, timeout_s=req.timeout_s))
 
 
 def run(req: BenchmarkRequest) -> BenchmarkResult:
@@ -357,7 +357,7 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
     checked, loaded = precheck(req) if req.precheck and req.candidate else (None, None)
     if checked is not None:
         if checked.status != "ok":
-            result = failed(req, checked.failure_kind or "mismatch", f"precheck: {checked.message}", checked.blobs)
+            result = failed(req, checked.failure_kind or "mismatch", f"precheck: {checked.message}", checked.files)
             result.duration_s = result.precheck_s = time.perf_counter() - started
             return result
         notes.append(f"precheck on {', '.join(req.precheck or [])}: {checked.message}, "

@@ -1,6 +1,6 @@
 """Compile stage: check a candidate and build its GPU binaries on a CPU worker (no GPU needed).
 
-`run(req)` picks the backend by name (kernelflow.stages.backends) and returns a CompileResult: PTX, cubin and SASS as blobs,
+`run(req)` picks the backend by name (kernelflow.stages.backends) and returns a CompileResult: PTX, cubin and SASS as files,
 registers / shared memory / spills per kernel, toolchain versions. A candidate's fault is a failed result,
 never an exception.
 
@@ -25,8 +25,8 @@ from kernelflow.stages.harness import static_checks
 Result = CompileResult
 
 
-def failed(req: CompileRequest, kind: str, message: str, blobs: dict[str, str] | None = None) -> CompileResult:
-    return result(req, status="failed", failure_kind=kind, message=message, blobs=dict(blobs or {}))
+def failed(req: CompileRequest, kind: str, message: str, files: dict[str, str] | None = None) -> CompileResult:
+    return result(req, status="failed", failure_kind=kind, message=message, files=dict(files or {}))
 
 
 def _dedicated_process() -> bool:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 
 class Contract(BaseModel):
@@ -21,7 +22,7 @@ Device = Literal["cuda", "cpu"]
 SizeSet = Literal["gpu", "cpu"]
 # compile: torch.compile's default mode; compile_max: mode="max-autotune" (opt-in: its autotuning takes minutes);
 # compile_max_nocg: "max-autotune-no-cudagraphs", the same tuning without the CUDA graph, whose replay copies every
-# fresh input into the graph's own buffers first (on the H200 that copy made max-autotune 2-3x slower than default)
+# fresh input into the graph's own buffers first (that copy can make max-autotune slower than default: docs/LOG.md)
 Baseline = Literal["eager", "compile", "compile_max", "compile_max_nocg"]
 Contender = Literal["candidate", "eager", "compile", "compile_max", "compile_max_nocg"]  # what a row measured
 BASELINE_LABELS: dict[str, str] = {"eager": "eager PyTorch", "compile": "torch.compile",
@@ -130,9 +131,19 @@ class Candidate(Contract):
 class StageRequest(Contract):
     """Common fields of every request that runs candidate code."""
 
-    workdir: str = Field(description="a private directory for this call (candidate file, build files)")
-    blob_dir: str = Field(description="content-addressed blob directory of the artifact store")
+    workdir: str = Field(description="a private directory for this call (candidate file, build files, what the "
+                         "call makes)")
+    cache_dir: str | None = Field(default=None, description="a directory the calls of one store share for build "
+                                  "caches (load_inline's extensions under torch_extensions/); None: the tools' own")
     timeout_s: float = Field(default=600.0, description="deadline for the whole stage call, in seconds")
+
+    def write(self, relpath: str, data: str | bytes) -> str:
+        """`data` written to `relpath` under the work dir (parents made); returns `relpath`, to name in a result's
+        `files`."""
+        path = Path(self.workdir) / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+        return relpath
 
 
 class StageResult(Contract):
@@ -144,7 +155,12 @@ class StageResult(Contract):
     failure_kind: FailureKind | None = Field(default=None, description="why it failed; None when ok")
     message: str = Field(default="", description="human-readable reason or summary")
     duration_s: float | None = Field(default=None, description="wall time of the stage call, seconds")
-    blobs: dict[str, str] = Field(default_factory=dict, description="artifact name -> blob sha256 (log, ptx, ...)")
+    files: dict[str, str] = Field(default_factory=dict, json_schema_extra={"column": False},
+                                  description="what the call made, by name (log, ptx, ...): paths relative to the "
+                                  "request's work dir; whoever records the result keeps each as a blob in `blobs` "
+                                  "(not a table column)")
+    blobs: dict[str, str] = Field(default_factory=dict, description="artifact name -> blob sha256 (log, ptx, ...): "
+                                  "the `files` kept in the store")
     sandbox: dict[str, str] = Field(default_factory=dict, description="subprocess executor: sandbox feature "
                                     "(environment, temp_dir, cpu_time, file_size, core_dumps, processes, memory, "
                                     "network) -> 'applied: ...' or 'not applied: why' (stages/executors/sandbox.py); empty "
@@ -290,8 +306,7 @@ class Timing(Contract):
                                   "at median_us")
     lead_calls: int = Field(default=0, description="untimed calls of the same contender queued before each timed "
                             "call, so that it meets the clocks of sustained load (stages/measure/timing.py SUSTAIN_US; SETTLE_US "
-                            "where the power cap is on); 0 on a "
-                            "CPU, and in rows timed before the lead-in (BENCHMARKS.md fifteenth session)")
+                            "where the power cap is on); 0: none (a CPU, or a record made without a lead-in)")
     timed_sm_clock_mhz: float | None = Field(default=None, description="median SM clock read through NVML right "
                                              "after each timed call; None where not read (a CPU, no NVML)")
     power_capped_share: float | None = Field(default=None, description="share of timed calls after which NVML "
@@ -382,6 +397,8 @@ class GenerateRequest(Contract):
     model: str | None = Field(default=None, description="LLM model name (llm proposer); None: from the environment")
     llm_tokens_left: int | None = Field(default=None, description="the run's LLM token budget left; None: no limit")
     llm_usd_left: float | None = Field(default=None, description="the run's LLM dollar budget left; None: no limit")
+    api_key: SecretStr | None = Field(default=None, exclude=True, description="the LLM endpoint's key as the flow "
+                                      "resolved it (flows/secrets.py); never serialized, stored or logged")
 
 
 class GenerateResult(Contract):
@@ -405,9 +422,9 @@ class Proposal(Contract):
                             "one an earlier turn of the round proposed too is that turn's, not here")
 
 
-class SearchState(Contract):
+class SearchSnapshot(Contract):
     """The search's state after one evaluation, or before a round's first (a row of the search_state table): what a
-    resumed run restores."""
+    resumed run restores (flows/resume.py)."""
 
     strategy: str = Field(description="the strategy's registry name")
     n_tried: int = Field(description="candidates tried when it was written")
@@ -443,7 +460,7 @@ class RunRecord(Contract):
     prefect_flow_run_id: str | None = Field(default=None, description="the Prefect flow run, for the UI")
 
 
-# ---- profiling and semantic feedback (issue 3) ----
+# ---- profiling and semantic feedback ----
 
 Bound = Literal["compute", "memory", "latency", "mixed"]
 

@@ -1,6 +1,6 @@
 """Profile one candidate, or one baseline (eager or torch.compile of the reference), on one workload: counted
 work and the analytic SOL floor and class; on a GPU also its time, energy per call, achieved rates and Nsight
-Compute hardware counters per kernel (issue 3, step 1).
+Compute hardware counters per kernel.
 
 Always (no GPU needed): the workload's counted work (stages/measure/roofline.py, on meta tensors), its SOL floor and its
 bottleneck class (stages/measure/bottleneck.py: from the hardware counters when read, `bound_source="counters"`, else from
@@ -24,12 +24,11 @@ deadline less NCU_MARGIN_S. A metric ncu rejects is dropped and the run repeated
 status "ok" with counters="unavailable" and counters_reason saying exactly why; the analytic numbers and the
 timing stay.
 
-Verified on CPU (tests/test_profile.py, tests/test_ncu.py): the CPU path (analytic floor and class for 01_softmax
+Checked on CPU (tests/stages/test_profile.py, tests/stages/measure/test_ncu.py): the CPU path (analytic floor and class for 01_softmax
 on the H200's peaks = memory, counters unavailable with the reason, no time and no energy, candidate faults as
 failure rows, baselines), the raw-CSV parser on a real H200 report's CSV and on a hand-written multi-kernel
-sample, the rejected-metric parser, and ncu missing from PATH. On the H200 (BENCHMARKS.md, 2026-11-30): the whole
-GPU path for 12 defect kernels (CUDA C++ and Triton), 3 builtin candidates and, for 4 suite problems, the best
-candidate, eager and torch.compile; every metric in stages/ncu.METRICS was accepted by ncu 2025.3.1.
+sample, the rejected-metric parser, and ncu missing from PATH. The GPU path, and ncu's acceptance of every metric
+in stages/measure/ncu.METRICS, have no CPU test: their runs on a GPU are in docs/LOG.md.
 """
 
 from __future__ import annotations
@@ -58,10 +57,10 @@ TIMED_CALLS = 50
 NCU_MARGIN_S = 15.0  # ncu must finish this long before the stage's deadline (the result still has to be written)
 
 
-def failed(req: ProfileRequest, kind: FailureKind, message: str, blobs: dict[str, str] | None = None) -> ProfileResult:
+def failed(req: ProfileRequest, kind: FailureKind, message: str, files: dict[str, str] | None = None) -> ProfileResult:
     return ProfileResult(candidate_id=req.subject_id, contender=req.contender, problem_id=req.problem.id,
                          status="failed", failure_kind=kind,
-                         message=message, blobs=blobs or {}, device=req.device,
+                         message=message, files=files or {}, device=req.device,
                          workload=req.workload or (req.problem.gpu_workloads[0].name if req.problem.gpu_workloads
                                                    else ""),
                          counters="unavailable", counters_reason="the candidate failed: nothing was profiled")
@@ -152,7 +151,7 @@ def run(req: ProfileRequest) -> ProfileResult:
         result.sol_fraction = roofline.sol_fraction(time_us, floor) if floor else None
         counters = collect_counters(req, req.timeout_s - (time.perf_counter() - started) - NCU_MARGIN_S)
         result.ncu_version, result.kernels = counters.version, counters.kernels
-        result.blobs.update(counters.blobs)
+        result.files.update(counters.files)
         notes += counters.notes
         result.counters = "unavailable" if counters.reason else "ncu"
         result.counters_reason = counters.reason

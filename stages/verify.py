@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 
-from kernelflow.artifacts.blobs import put_text
 from kernelflow.stages.contracts import FailureKind, VerifyRequest, VerifyResult, Workload
 from kernelflow.stages.errors import CandidateFault
 from kernelflow.stages.harness import launches, static_checks
@@ -50,9 +49,9 @@ Result = VerifyResult
 Loaded = tuple[type[torch.nn.Module], Guard]  # a candidate's ModelNew and the guard it was imported under
 
 
-def failed(req: VerifyRequest, kind: FailureKind, message: str, blobs: dict[str, str] | None = None) -> VerifyResult:
+def failed(req: VerifyRequest, kind: FailureKind, message: str, files: dict[str, str] | None = None) -> VerifyResult:
     return VerifyResult(candidate_id=req.candidate.id, problem_id=req.problem.id, status="failed", failure_kind=kind,
-                        message=message, blobs=blobs or {}, device=req.device, sizes=req.sizes)
+                        message=message, files=files or {}, device=req.device, sizes=req.sizes)
 
 
 def poison_device_cache(nbytes: int) -> None:
@@ -268,7 +267,7 @@ def checked(req: VerifyRequest) -> tuple[VerifyResult, Loaded | None]:
     except CandidateFault as fault:
         log.write(traceback.format_exc())
         result, loaded = failed(req, fault.kind, fault.message), None  # type: ignore[arg-type]
-    result.blobs["verify_log"] = put_text(req.blob_dir, log.getvalue())
+    result.files["verify_log"] = req.write("verify_log.txt", log.getvalue())
     result.duration_s = time.perf_counter() - started
     return result, loaded
 

@@ -1,5 +1,5 @@
 """The S3 fixtures: moto's S3-compatible server on a free localhost port, a proxy in front of it that injects faults,
-and a fresh bucket reached through the proxy with test keys only (tests/test_s3_store.py, tests/test_faults.py).
+and a fresh bucket reached through the proxy with test keys only (tests/artifacts/test_s3_store.py, tests/flows/test_faults.py).
 moto and boto3 are imported by the fixtures, not by this module, so that a machine without them (the GPU worker,
 whose wheelhouse leaves them out) still collects the files that use it, and runs their other tests. There the S3
 tests skip with the reason; under CI=true they fail, since make test installs both."""

@@ -1,4 +1,4 @@
-"""A stage for tests/test_sandbox.py: runs a probe's code as candidate code runs, with none of the in-process defences
+"""A stage for tests/stages/executors/test_sandbox.py: runs a probe's code as candidate code runs, with none of the in-process defences
 (no static checks, no audit hook), so what the probe can do is what the executor's sandbox alone allows.
 
 `python -m tests.sandbox_stage REQUEST.json RESULT.json`; the probe fills the dict `out`, returned as the message."""
@@ -26,9 +26,9 @@ def run(req: ProbeRequest) -> StageResult:
     return StageResult(candidate_id="probe", problem_id="probe", status="ok", message=json.dumps(out))
 
 
-def failed(req: ProbeRequest, kind: str, message: str, blobs: dict[str, str] | None = None) -> StageResult:
+def failed(req: ProbeRequest, kind: str, message: str, files: dict[str, str] | None = None) -> StageResult:
     return StageResult(candidate_id="probe", problem_id="probe", status="failed", failure_kind=kind, message=message,
-                       blobs=blobs or {})
+                       files=files or {})
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Strategy-specialized agents taking turns (issue 6, item 4), with a shared memory and a deterministic guard.
+"""Strategy-specialized agents taking turns, with a shared memory and a deterministic guard.
 
 Agents (FOCUS: fusion, tiling_tensor_cores, memory_layout, library_configuration, and precision when the problem's
 policy allows TF32 or its dtype is half) take turns, round robin; an agent whose last `skip_after` proposals gave
@@ -7,7 +7,7 @@ its request three ways:
 - its parent: a repair of its own latest candidate when `repairable` allows, else the best verified candidate of
   its own lineage (the candidates it proposed), else the best verified candidate of one of its focus families, else
   the global best, else nothing (a fresh start);
-- its hint, put first into run.lessons (which request() hands to the proposer): the focus, and a read-only
+- its hint, put first into the run's lessons (which request() hands to the proposer): the focus, and a read-only
   leaderboard (the top 3 by speedup). The llm proposer shows it to the model (prompts/optimize.j2);
 - the shared memory after the hint: verified conclusions only (mcts.lesson: what helped / hurt, from verified
   results), tagged with the agent that found them, the last `memory_size`.
@@ -26,11 +26,11 @@ Rounds (flows/search/protocol.py's round_): the agents propose in rounds, once a
 thread, every agent not resting gets its request built, one after another (parent, hint, memory, seed; no more
 requests than the candidate budget left, and the LLM budget left split evenly among them); then the round's
 generate calls and the compile of each candidate as soon as its proposal is back run at once, as Prefect tasks on
-a thread pool (flows/run.py's propose_round; compiles are processes of their own, so they truly overlap). Nothing
+a thread pool (flows/state.py's propose_round; compiles are processes of their own, so they truly overlap). Nothing
 else is concurrent: back in the flow thread, in agent order, each proposal's LLM calls are recorded and charged,
 and its candidates are recorded, verified and benchmarked one at a time (the GPU part), the guard and the memory
 told, the state saved, so the result does not depend on which call finished first. The round's proposals are saved
-with the state before the first is evaluated (SearchState.round), so a run killed mid-round resumes them, each for its
+with the state before the first is evaluated (SearchSnapshot.round), so a run killed mid-round resumes them, each for its
 agent, without asking again. What a round cannot do: an agent does not see the results of the agents before it in the
 same round (a serial turn would).
 """
@@ -45,6 +45,7 @@ from pydantic import Field
 from kernelflow.flows.run import Run
 from kernelflow.flows.search.mcts import lesson
 from kernelflow.flows.search.protocol import Expansion, Turn, repairable, request
+from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import Candidate, Contract, Problem
 
 Verdict = Literal["REJECT", "KEEP", "ACCEPT", "REVERT", "STOP"]
@@ -128,10 +129,10 @@ def guard(board: Board, candidate: Candidate, speedup: float | None, agent: str)
     return "REJECT" if speedup is None or speedup <= 0 else "KEEP"
 
 
-def leaderboard(run: Run, top: int = 3) -> str:
-    ranked = sorted(run.speedups.items(), key=lambda item: -item[1])[:top]
-    return "; ".join(f"{i}) {s:.2f}x {run.candidates[c].origin.proposer} {c}" for i, (c, s) in enumerate(ranked, 1)
-                     if c in run.candidates) or "none verified yet"
+def leaderboard(state: SearchState, top: int = 3) -> str:
+    ranked = sorted(state.speedups.items(), key=lambda item: -item[1])[:top]
+    return "; ".join(f"{i}) {s:.2f}x {state.candidates[c].origin.proposer} {c}" for i, (c, s) in enumerate(ranked, 1)
+                     if c in state.candidates) or "none verified yet"
 
 
 class Agents:
@@ -142,7 +143,7 @@ class Agents:
         self.board = board if board is not None else Board(
             revert_after=revert_after, plateau=plateau, skip_after=skip_after, rest_turns=rest_turns,
             memory_size=memory_size)
-        self.workers = workers  # a round's threads (flows/run.py's propose_round): None, one per call; 1, serial
+        self.workers = workers  # a round's threads (flows/state.py's propose_round): None, one per call; 1, serial
 
     def state(self) -> dict[str, Any]:
         return self.board.model_dump(mode="json")
@@ -151,12 +152,12 @@ class Agents:
     def from_state(cls, state: dict[str, Any]) -> Agents:
         return cls(board=Board.model_validate(state))
 
-    def select(self, run: Run) -> Expansion:
+    def select(self, state: SearchState) -> Expansion:
         """One proposal (the one-at-a-time protocol; search uses plan)."""
-        board = self._settle(run)
+        board = self._settle(state)
         agent = self._next()
         board.pending = agent.name
-        expansion, board.pending_redraft = self._expansion(run, agent)
+        expansion, board.pending_redraft = self._expansion(state, agent)
         return expansion
 
     def plan(self, run: Run, limit: int) -> list[Turn]:
@@ -164,7 +165,7 @@ class Agents:
         (a resting agent passed over spends one turn of rest), at most `limit`; when all rest, the one whose turn it
         is. Built here, in the flow thread, one after another: each request carries its agent's lessons, and its
         seed is the one it would get if the earlier ones had each given one candidate."""
-        board, turns = self._settle(run), list[Turn]()
+        board, turns = self._settle(run.state), list[Turn]()
         start, count = board.cursor % len(board.agents), len(board.agents)
         for i in range(count):
             if len(turns) >= max(limit, 1):
@@ -180,44 +181,44 @@ class Agents:
             turns.append(self._turn(run, board.agents[start], 0))
         return turns
 
-    def begin(self, run: Run, who: str) -> None:
+    def begin(self, state: SearchState, who: str) -> None:
         """The candidates of `who`'s turn are evaluated next: theirs is that agent's (a redraft's)."""
         board = self.board
         board.pending, board.pending_redraft = who, who in board.redrafting
         board.redrafting = [name for name in board.redrafting if name != who]
 
-    def end(self, run: Run, who: str) -> None:
+    def end(self, state: SearchState, who: str) -> None:
         """A turn whose proposal gave no candidate counts as nothing verified (as a select with no update does)."""
-        self._settle(run)
+        self._settle(state)
 
     def _turn(self, run: Run, agent: Agent, i: int) -> Turn:
-        expansion, redraft = self._expansion(run, agent)
+        expansion, redraft = self._expansion(run.state, agent)
         if redraft:
             self.board.redrafting.append(agent.name)
         req = request(run, expansion)
         return Turn(agent.name, req if expansion.seed is not None else req.model_copy(update={"seed": req.seed + i}))
 
-    def _expansion(self, run: Run, agent: Agent) -> tuple[Expansion, bool]:
-        """The agent's proposal (run.lessons set to its hint and the memory), and whether it is a redraft."""
+    def _expansion(self, state: SearchState, agent: Agent) -> tuple[Expansion, bool]:
+        """The agent's proposal (the lessons set to its hint and the memory), and whether it is a redraft."""
         board = self.board
         if board.stale >= board.plateau:  # the whole search plateaued: a fresh draft, a seed of its own
             board.stale, board.redrafts = 0, board.redrafts + 1
-            run.lessons = [f"{REDRAFT}. Leaderboard: {leaderboard(run)}", *board.memory]
-            return Expansion(seed=run.seed + len(run.tried) + REDRAFT_STRIDE * board.redrafts), True
-        run.lessons = [f"Focus ({agent.name}): {FOCUS[agent.name].hint}. Leaderboard: {leaderboard(run)}",
-                       *board.memory]
-        last = run.candidates.get(agent.last or "")
-        if (failure := repairable(run, last)) is not None:
+            state.teach([f"{REDRAFT}. Leaderboard: {leaderboard(state)}", *board.memory])
+            return Expansion(seed=state.config.seed + len(state.tried) + REDRAFT_STRIDE * board.redrafts), True
+        state.teach([f"Focus ({agent.name}): {FOCUS[agent.name].hint}. Leaderboard: {leaderboard(state)}",
+                     *board.memory])
+        last = state.candidates.get(agent.last or "")
+        if (failure := repairable(state, last)) is not None:
             return Expansion(parent=last, failure=failure), False
-        return Expansion(parent=self._parent(run, agent)), False
+        return Expansion(parent=self._parent(state, agent)), False
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
         return flat(candidate)
 
-    def update(self, run: Run, candidate: Candidate, speedup: float | None) -> None:
+    def update(self, state: SearchState, candidate: Candidate, speedup: float | None) -> None:
         board = self.board
         if not board.agents:  # a candidate evaluated before any selection (a resumed or warm-started run)
-            board.agents = [Agent(name=name) for name in roster(run.problem)]
+            board.agents = [Agent(name=name) for name in roster(state.problem)]
         agent = board.agent(board.pending or board.agents[board.cursor % len(board.agents)].name)
         verdict = guard(board, candidate, speedup, agent.name)
         board.verdicts.append(f"{candidate.id} {agent.name} {verdict}")
@@ -242,9 +243,9 @@ class Agents:
         if agent.empty >= board.skip_after:
             agent.rest, agent.empty = board.rest_turns, 0
         if verified and speedup is not None:
-            board.memory = (board.memory + [f"{agent.name}: {lesson(run, candidate, speedup)}"])[-board.memory_size:]
+            board.memory = (board.memory + [f"{agent.name}: {lesson(state, candidate, speedup)}"])[-board.memory_size:]
 
-    def stop(self, run: Run) -> str | None:
+    def stop(self, state: SearchState) -> str | None:
         return self.board.stopped
 
     def _next(self) -> Agent:
@@ -260,20 +261,20 @@ class Agents:
         board.cursor = (start + 1) % len(board.agents)
         return board.agents[start]
 
-    def _parent(self, run: Run, agent: Agent) -> Candidate | None:
+    def _parent(self, state: SearchState, agent: Agent) -> Candidate | None:
         """Its lineage's best, else the best verified candidate of a focus family, else the global best."""
-        if agent.lineage_best in run.candidates:
-            return run.candidates[agent.lineage_best]
-        ours = [c for c in run.speedups if c in run.candidates
-                and run.candidates[c].origin.proposer in FOCUS[agent.name].families]
-        best = max(ours, key=run.speedups.__getitem__, default=self.board.best_id)
-        return run.candidates.get(best or "")
+        if agent.lineage_best in state.candidates:
+            return state.candidates[agent.lineage_best]
+        ours = [c for c in state.speedups if c in state.candidates
+                and state.candidates[c].origin.proposer in FOCUS[agent.name].families]
+        best = max(ours, key=state.speedups.__getitem__, default=self.board.best_id)
+        return state.candidates.get(best or "")
 
-    def _settle(self, run: Run) -> Board:
+    def _settle(self, state: SearchState) -> Board:
         """The roster on the first selection; a selection followed by no update: that proposal gave nothing."""
         board = self.board
         if not board.agents:
-            board.agents = [Agent(name=name) for name in roster(run.problem)]
+            board.agents = [Agent(name=name) for name in roster(state.problem)]
         if board.pending is not None:
             agent = board.agent(board.pending)
             agent.empty, board.pending, board.pending_redraft = agent.empty + 1, None, False

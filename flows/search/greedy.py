@@ -8,25 +8,26 @@ from typing import ClassVar
 
 from kernelflow.flows.run import Run
 from kernelflow.flows.search.protocol import Expansion, repairable
+from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import Candidate
 
 
 class Greedy:
     NAME: ClassVar[str] = "greedy"
 
-    def select(self, run: Run) -> Expansion:
-        latest = run.candidates.get(run.tried[-1]) if run.tried else None
-        if (failure := repairable(run, latest)) is not None:
+    def select(self, state: SearchState) -> Expansion:
+        latest = state.candidates.get(state.tried[-1]) if state.tried else None
+        if (failure := repairable(state, latest)) is not None:
             return Expansion(parent=latest, failure=failure)
-        return Expansion(parent=run.best[1] if run.best else None)
+        return Expansion(parent=state.best[1] if state.best else None)
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
         return flat(candidate)
 
-    def update(self, run: Run, candidate: Candidate, speedup: float | None) -> None:
+    def update(self, state: SearchState, candidate: Candidate, speedup: float | None) -> None:
         pass
 
-    def stop(self, run: Run) -> str | None:
+    def stop(self, state: SearchState) -> str | None:
         return None
 
     def state(self) -> dict:

@@ -1,4 +1,4 @@
-"""The multi-fidelity ladder (issue 6, after KernelBrain): cheap rungs first, so most device time goes to survivors.
+"""The multi-fidelity ladder (after KernelBrain): cheap rungs first, so most device time goes to survivors.
 
 Rung 0, policy gate: compile (the compile stage checks the import and the static facts), then, while there is an
   incumbent, a verification of one trial on one small shape (the first CPU workload, on the run's device) at the
@@ -9,13 +9,8 @@ Rung 1, cheap timing: every timed shape, 5 to 20 repetitions each (2 s at most p
   Pruned when it cannot beat the incumbent by the floor, the least gain rungs 2 and 3 ever accept: even its geomean
   speedup raised by rung 1's error stays within the floor above the incumbent's on the same shapes. Rung 1's error
   is the two calls' intervals in quadrature plus DRIFT, not the floor: a speedup is a ratio to eager timed in the same
-  call, so it barely moves between calls. (On the H200, 01_softmax, rung 1 and rung 2 gave the same candidate
-  speedups 0.04-0.3% apart, seven candidates in three runs; with the floor as rung 1's error, three candidates
-  x1.005-1.020 above the incumbent were promoted and all three kept at rung 2, 39 of the run's 63 device seconds.)
-  What the flat evaluation would spend on a pruned candidate could not change the best. (One
-  shape misled on the H200: the softmax candidates ran 2.0x eager on the first shape and 1.2x over all, so two of
-  three were promoted and lost at rung 2. A shape costs ~0.1 s at this rung; the rest of the call, 1.4-1.8 s since
-  the stage processes stopped loading dynamo, is the one-trial check: CUDA context, problem and candidate loading.)
+  call, so it barely moves between calls. What the flat evaluation would spend on a pruned candidate could not change
+  the best.
 Rung 2, the flat evaluation after compile (flows/run.py's verify_and_time): verify on every shape, 5 trials, then
   the standard timing on every shape. Accepted here when there is no incumbent, or when it beats the incumbent
   beyond the noise band of the two calls; no faster, or faster by no more than the floor: kept (the incumbent
@@ -23,19 +18,16 @@ Rung 2, the flat evaluation after compile (flows/run.py's verify_and_time): veri
 Rung 3, for close calls only: a second call with a tight interval (0.5%) and more repetitions, interleaved with
   the baselines; accepted only when faster than the incumbent by more than the noise band of the two calls.
   A candidate within the floor is not promoted: the band is never narrower than the floor, so narrower intervals
-  cannot clear it, only a speed that moves by more than the gap. (Re-timing every rung-2 winner cost 3x greedy's
-  device seconds on a CPU run: the precise call dominated. On the H200 (01_softmax, budget 6), three candidates at
-  1.286-1.302x eager against the incumbent's 1.276x, x1.008-1.020 and so within the floor, took ~9.5 s each at
-  rung 3, 28.8 of the run's 120.9 device seconds, and all three were kept.)
+  cannot clear it, only a speed that moves by more than the gap.
 
 The noise band: the half-widths of the 95% intervals of the medians, in log space (so a noisy CPU interval wider
 than the median still gives a finite factor), combined in quadrature (a speedup's from its candidate's and
 eager's; a geomean's over its workloads, which average out), with a floor of 0.03 (3%). Two speedups differ
-when their ratio exceeds exp(band).
+when their ratio exceeds exp(band). The measurements that set DRIFT, FLOOR and the rung sizes are in docs/LOG.md.
 Each rung is a row of the rungs table (RungRecord: outcome, reason, speedup, device seconds); every verify and
-benchmark call is charged to run.gpu_s. evaluate returns a speedup only for a candidate it accepts, so the loop
-keeps (and profiles) exactly those; the benchmark row it was accepted on says so (`accepted`, judged before the row is
-recorded), and the tables' winner (artifacts/winner.py) follows those rows.
+benchmark call is charged to the run's device time. evaluate returns a speedup only for a candidate it accepts, so
+the loop keeps (and profiles) exactly those; the benchmark row it was accepted on says so (`accepted`, judged before
+the row is recorded), and the tables' winner (artifacts/winner.py) follows those rows.
 """
 
 from __future__ import annotations
@@ -49,7 +41,7 @@ from kernelflow.flows.search.greedy import Greedy
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, RungRecord, Timing
 
 FLOOR = 0.03  # the narrowest noise band: clocks, placement and the interval's own error
-DRIFT = 0.01  # a speedup's move between two calls beyond their intervals (3x the most measured: module docstring)
+DRIFT = 0.01  # a speedup's move between two calls beyond their intervals (3x the most measured: docs/LOG.md)
 # Rung 1, on one shape: up to 20 repetitions, since below about 12 the order-statistic interval of a median spans
 # min..max (stages/measure/timing.py), and one outlier (a cold first call) would set the band; 2 s per shape at most.
 CHEAP: dict[str, Any] = dict(min_reps=5, max_reps=20, budget_s=2.0, baselines=["eager"])
@@ -115,17 +107,17 @@ def accept(precise: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, 
 
 def note(run: Run, candidate: Candidate, rung: int, outcome: Outcome, since_s: float, reason: str,
          speedup: float | None = None, less_s: float = 0.0) -> bool:
-    """Record one rung (its device seconds: run.gpu_s since `since_s`, less `less_s` charged to an earlier rung of
+    """Record one rung (its device seconds: the run's since `since_s`, less `less_s` charged to an earlier rung of
     the same call); True when the candidate goes on."""
-    run.store.append("rungs", run.id, [RungRecord(
+    run.recorder.rung(RungRecord(
         candidate_id=candidate.id, problem_id=run.problem.id, rung=rung, outcome=outcome, reason=reason,
-        speedup_vs_eager=speedup, device_s=run.gpu_s - since_s - less_s)])
+        speedup_vs_eager=speedup, device_s=run.state.gpu_s - since_s - less_s))
     print(f"  rung {rung} {outcome}: {reason}")
     return outcome in ("passed", "accepted")
 
 
 def failure(run: Run, candidate: Candidate) -> str:
-    found = run.failures.get(candidate.id)
+    found = run.state.failures.get(candidate.id)
     return f"{found.stage} {found.kind}: {found.message.splitlines()[0][:200] if found.message else ''}" \
         if found else "no speedup measured"
 
@@ -137,7 +129,7 @@ def small_shape(run: Run) -> str:
 
 def gate(run: Run, candidate: Candidate) -> bool:
     """Rung 0 on its own, when nothing can be pruned: the compile (rung 2's verification follows at once)."""
-    since = run.gpu_s
+    since = run.state.gpu_s
     if compile_step(run, candidate).status != "ok":
         return note(run, candidate, 0, "rejected", since, failure(run, candidate))
     return note(run, candidate, 0, "passed", since, "compiled; no incumbent to prune against: rung 2 verifies it")
@@ -146,14 +138,14 @@ def gate(run: Run, candidate: Candidate) -> bool:
 def cheap(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> bool:
     """Rungs 0 and 1 in one benchmark call: compile, one trial on the small shape, then a few repetitions on every
     timed shape beside eager; promoted unless it cannot beat the incumbent."""
-    since, small = run.gpu_s, small_shape(run)
+    since, small = run.state.gpu_s, small_shape(run)
     if compile_step(run, candidate).status != "ok":
         return note(run, candidate, 0, "rejected", since, failure(run, candidate))
     timed = benchmark_step(run, candidate, precheck=[small], **CHEAP)
     checked_s = timed.precheck_s or 0.0
     if timed.status != "ok" and timed.message.startswith("precheck"):
         return note(run, candidate, 0, "rejected", since, failure(run, candidate))
-    note(run, candidate, 0, "passed", since, f"compiled; verified on {small}, 1 trial", less_s=run.gpu_s - since
+    note(run, candidate, 0, "passed", since, f"compiled; verified on {small}, 1 trial", less_s=run.state.gpu_s - since
          - checked_s)
     if timed.status != "ok":
         return note(run, candidate, 1, "rejected", since, failure(run, candidate), less_s=checked_s)
@@ -186,7 +178,7 @@ def standard(run: Run, candidate: Candidate, incumbent: BenchmarkResult | None) 
     incumbent beyond the two calls' band; (timing, True) when faster beyond the floor but within the band (a close
     call for rung 3); (None, False) when rejected, not faster, or faster within the floor (kept: the incumbent
     stays)."""
-    since = run.gpu_s
+    since = run.state.gpu_s
     timed = verify_and_time(run, candidate, lambda t: t.speedup_vs_eager is not None and
                             verdict(t, incumbent)[0] == "accepted")
     if timed is None or timed.speedup_vs_eager is None:
@@ -199,7 +191,7 @@ def standard(run: Run, candidate: Candidate, incumbent: BenchmarkResult | None) 
 
 def precise(run: Run, candidate: Candidate, incumbent: BenchmarkResult) -> BenchmarkResult | None:
     """Rung 3: a tight re-timing beside the baselines; the timing when it beats the incumbent beyond the band."""
-    since = run.gpu_s
+    since = run.state.gpu_s
     timed = benchmark_step(run, candidate, lambda t: accept(t, incumbent)[0], **PRECISE)
     if timed.status != "ok":
         note(run, candidate, 3, "rejected", since, failure(run, candidate))
@@ -218,7 +210,7 @@ class Ladder(Greedy):
         self.timed: dict[str, BenchmarkResult] = {}  # per accepted candidate: the timing it was accepted on
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
-        incumbent = self.timed.get(run.best[1].id) if run.best else None
+        incumbent = self.timed.get(run.state.best[1].id) if run.state.best else None
         if not (gate(run, candidate) if incumbent is None else cheap(run, candidate, incumbent)):
             return None
         timed, close = standard(run, candidate, incumbent)

@@ -1,4 +1,4 @@
-"""MCTS over candidates (issue 6, item 3; KernelPro's domain-adapted tree search, fitted to what a proposer does).
+"""MCTS over candidates (KernelPro's domain-adapted tree search, fitted to what a proposer does).
 
 Nodes are candidates under a virtual root ("propose from scratch"); a node's children are the candidates proposed
 with it as parent. The reward of an evaluation is its log speedup over eager normalized to [0, 1] by the least and
@@ -9,7 +9,7 @@ ceil(k·N^alpha) live children) and expands the first that may widen. Asymmetric
 most one child, a repair, and only when `repairable` allows; a verified node gets optimize children. A failed node
 that cannot be repaired, and a node that can never widen again whose children are all pruned, are pruned: UCT
 skips them. After `stagnation` evaluations without a better speedup the next selection is the root (a fresh
-proposal). Each verified evaluation leaves a lesson in run.lessons (the last LESSONS). The state is data
+proposal). Each verified evaluation leaves a lesson in the run's lessons (the last LESSONS). The state is data
 (Tree: plain dicts keyed by candidate id), so `state()` / `from_state()` round-trip through JSON.
 """
 
@@ -23,6 +23,7 @@ from pydantic import Field
 
 from kernelflow.flows.run import Run
 from kernelflow.flows.search.protocol import Expansion, repairable
+from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import Candidate, Contract
 
 ROOT = "root"  # the virtual root's key (candidate ids are 16 hex digits)
@@ -114,85 +115,85 @@ class Mcts:
     def from_state(cls, state: dict[str, Any]) -> Mcts:
         return cls(tree=Tree.model_validate(state))
 
-    def select(self, run: Run) -> Expansion:
-        self._settle(run)
+    def select(self, state: SearchState) -> Expansion:
+        self._settle(state)
         tree = self.tree
         if tree.stale >= tree.stagnation and tree.barren.get(ROOT, 0) < BARREN_LIMIT:
             tree.stale = 0  # stagnation: a fresh proposal (the proposer excludes everything tried)
-            return self._expand(run, ROOT)
+            return self._expand(state, ROOT)
         node = ROOT
-        while not self._can_widen(run, node):
+        while not self._can_widen(state, node):
             child = tree.uct(node)
             if child is None and node != ROOT:  # a dead end the updates could not see yet: prune, start over
-                self._prune(run, node)
+                self._prune(state, node)
                 node = ROOT
             elif child is None:
                 break  # nothing left anywhere: stop() says so before the next selection
             else:
                 node = child
-        return self._expand(run, node)
+        return self._expand(state, node)
 
     def evaluate(self, run: Run, candidate: Candidate, flat: Callable[[Candidate], float | None]) -> float | None:
         return flat(candidate)
 
-    def update(self, run: Run, candidate: Candidate, speedup: float | None) -> None:
+    def update(self, state: SearchState, candidate: Candidate, speedup: float | None) -> None:
         tree = self.tree
         if tree.pending is not None:
             tree.barren.pop(tree.pending, None)
             tree.pending = None
         if speedup is None or speedup <= 0:  # rejected: reward 0; a dead end unless it gets a repair
             tree.add(candidate.id, candidate.parent_id, None)
-            self._prune(run, candidate.id)
+            self._prune(state, candidate.id)
             return
         tree.add(candidate.id, candidate.parent_id, math.log(speedup))
-        run.lessons = (run.lessons + [lesson(run, candidate, speedup)])[-LESSONS:]
+        state.teach((state.lessons + [lesson(state, candidate, speedup)])[-LESSONS:])
 
-    def stop(self, run: Run) -> str | None:
-        self._settle(run)
+    def stop(self, state: SearchState) -> str | None:
+        self._settle(state)
         if self.tree.barren.get(ROOT, 0) >= BARREN_LIMIT and not self.tree.live(ROOT):
             return f"mcts: every subtree is pruned and the last {BARREN_LIMIT} fresh proposals gave no candidate"
         return None
 
-    def _can_widen(self, run: Run, node: str) -> bool:
+    def _can_widen(self, state: SearchState, node: str) -> bool:
         tree = self.tree
         if node in tree.pruned or tree.barren.get(node, 0) >= BARREN_LIMIT:
             return False
-        if node in run.failures:  # asymmetric branching: one repair child, when the proposer can repair it
-            return not tree.children.get(node) and repairable(run, run.candidates[node]) is not None
+        if node in state.failures:  # asymmetric branching: one repair child, when the proposer can repair it
+            return not tree.children.get(node) and repairable(state, state.candidates[node]) is not None
         return len(tree.live(node)) < tree.limit(node)
 
-    def _expand(self, run: Run, node: str) -> Expansion:
+    def _expand(self, state: SearchState, node: str) -> Expansion:
         self.tree.pending = node
         if node == ROOT:
             return Expansion()
-        parent = run.candidates[node]
-        return Expansion(parent=parent, failure=repairable(run, parent))
+        parent = state.candidates[node]
+        return Expansion(parent=parent, failure=repairable(state, parent))
 
-    def _prune(self, run: Run, node: str) -> None:
+    def _prune(self, state: SearchState, node: str) -> None:
         """Prune the node when it can never widen again and all its children are pruned; then its ancestors so."""
         tree = self.tree
-        while (node != ROOT and node not in tree.pruned and not self._can_widen(run, node)
+        while (node != ROOT and node not in tree.pruned and not self._can_widen(state, node)
                and not tree.live(node)):
             tree.pruned.append(node)
             node = tree.parent[node]
 
-    def _settle(self, run: Run) -> None:
+    def _settle(self, state: SearchState) -> None:
         """A selection followed by no update: that expansion gave no candidate."""
         node, self.tree.pending = self.tree.pending, None
         if node is not None:
             self.tree.barren[node] = self.tree.barren.get(node, 0) + 1
-            self._prune(run, node)
+            self._prune(state, node)
 
 
-def lesson(run: Run, candidate: Candidate, speedup: float) -> str:
+def lesson(state: SearchState, candidate: Candidate, speedup: float) -> str:
     """One verified conclusion: what the candidate changed from its parent, and what that did to the speedup."""
-    parent = run.candidates.get(candidate.parent_id or "")
+    parent = state.candidates.get(candidate.parent_id or "")
     what = _what(candidate, parent)
     if parent is None:
         return f"{what}: {speedup:.2f}x eager (fresh start)"
-    if (failure := run.failures.get(parent.id)) is not None:
+    if (failure := state.failures.get(parent.id)) is not None:
         return f"{what}: repaired its parent's {failure.kind}, {speedup:.2f}x eager"
-    if (before := run.speedups.get(parent.id)) is None:
+    if (before := state.speedups.get(parent.id)) is None:
         return f"{what}: {speedup:.2f}x eager"
     verdict = ("helped" if speedup > before * (1 + NOISE) else "hurt" if speedup < before * (1 - NOISE)
                else "within noise")

@@ -1,4 +1,4 @@
-"""The search's one loop and the contract of a strategy (issue 6).
+"""The search's one loop and the contract of a strategy.
 
 A strategy answers four questions and nothing else: `select` (where the next proposal comes from: a parent to
 refine, a failed parent to repair, or nothing: start fresh; and how many children), `evaluate` (how much of the
@@ -6,7 +6,8 @@ evaluation a candidate gets: all of it, or rungs of a ladder), `update` (what it
 candidate) and `stop` (a reason of its own to stop, e.g. a plateau). `search` owns everything the
 strategies share: the budgets (candidates, wall time, device seconds, LLM tokens and dollars), proposing (the
 request is filled from the run: the parent's profile actions and feedback, its speedup, the lessons), evaluating,
-keeping the incumbent and profiling it. StopSearch carries every stop reason to the flow.
+keeping the incumbent and profiling it. StopSearch carries every stop reason to the flow. Strategies read the run's
+search state (flows/state.py) and change it through its methods; `evaluate` gets the run, whose steps a ladder calls.
 """
 
 from __future__ import annotations
@@ -21,20 +22,13 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from kernelflow.flows.run import Run, charge, new_best, outcome, propose, propose_round
-from kernelflow.stages.contracts import Candidate, Failure, GenerateRequest, Proposal, SearchState
+from kernelflow.flows.run import Run, charge, outcome, propose, propose_round
+from kernelflow.flows.state import SearchState
+from kernelflow.stages.contracts import Candidate, Failure, GenerateRequest, Proposal, SearchSnapshot
 from kernelflow.stages.errors import StopSearch
 from kernelflow.stages.proposers import REPAIRS
 
 MAX_REPAIRS = 2  # failed candidates in a row along one lineage before a strategy stops repairing it
-
-
-@dataclass(frozen=True)
-class Budgets:
-    candidates: int
-    wall_time_s: float
-    gpu_s: float | None = None  # device seconds of verify, benchmark and profile calls; None: no limit
-    target_sol: float | None = None  # stop once the best is at this share of speed of light (stages/measure/sol_target.py)
 
 
 @dataclass(frozen=True)
@@ -48,11 +42,11 @@ class Expansion:
 class Strategy(Protocol):
     NAME: ClassVar[str]
 
-    def select(self, run: Run) -> Expansion: ...
+    def select(self, state: SearchState) -> Expansion: ...
 
-    def update(self, run: Run, candidate: Candidate, speedup: float | None) -> None: ...
+    def update(self, state: SearchState, candidate: Candidate, speedup: float | None) -> None: ...
 
-    def stop(self, run: Run) -> str | None: ...
+    def stop(self, state: SearchState) -> str | None: ...
 
     def state(self) -> dict:
         """What the strategy learned, JSON-able: saved after every evaluation for a resume."""
@@ -85,124 +79,129 @@ class Rounds(Strategy, Protocol):
 
     def plan(self, run: Run, limit: int) -> list[Turn]: ...
 
-    def begin(self, run: Run, who: str) -> None: ...
+    def begin(self, state: SearchState, who: str) -> None: ...
 
-    def end(self, run: Run, who: str) -> None: ...
+    def end(self, state: SearchState, who: str) -> None: ...
 
 
-def repair_depth(run: Run, candidate: Candidate) -> int:
+def repair_depth(state: SearchState, candidate: Candidate) -> int:
     """How many failed ancestors in a row lead to this failed candidate (itself included)."""
     depth, node = 0, cast(Candidate | None, candidate)
-    while node is not None and node.id in run.failures:
-        depth, node = depth + 1, run.candidates.get(node.parent_id or "")
+    while node is not None and node.id in state.failures:
+        depth, node = depth + 1, state.candidates.get(node.parent_id or "")
     return depth
 
 
-def repairable(run: Run, candidate: Candidate | None) -> Failure | None:
+def repairable(state: SearchState, candidate: Candidate | None) -> Failure | None:
     """The candidate's failure when the run's proposer repairs that kind and the lineage has not failed
     MAX_REPAIRS times in a row; else None."""
-    failure = run.failures.get(candidate.id) if candidate else None
-    if candidate is None or failure is None or failure.kind not in REPAIRS.get(run.proposer, ()):
+    failure = state.failures.get(candidate.id) if candidate else None
+    if candidate is None or failure is None or failure.kind not in REPAIRS.get(state.config.proposer, ()):
         return None
-    return failure if repair_depth(run, candidate) < MAX_REPAIRS else None
+    return failure if repair_depth(state, candidate) < MAX_REPAIRS else None
 
 
 def request(run: Run, expansion: Expansion) -> GenerateRequest:
+    """The generate request of an expansion, filled from the run: the parent's actions, feedback and speedup, the
+    lessons, the candidates tried, the LLM budget left."""
+    state, config = run.state, run.config
     parent, failure = expansion.parent, expansion.failure
     return GenerateRequest(
-        problem=run.problem, n=expansion.n, proposer=run.proposer, backend=run.backend, parent=parent,
-        parent_failure=failure, actions=run.actions.get(parent.id, []) if parent and not failure else [],
-        feedback=run.feedback.get(parent.id, "") if parent else "",
-        parent_speedup_vs_eager=run.speedups.get(parent.id) if parent else None, lessons=run.lessons,
-        exclude_ids=run.tried, seed=run.seed + len(run.tried) if expansion.seed is None else expansion.seed,
-        model=run.model,
-        llm_tokens_left=run.llm.tokens_left(), llm_usd_left=run.llm.usd_left())
+        problem=state.problem, n=expansion.n, proposer=config.proposer, backend=config.backend, parent=parent,
+        parent_failure=failure, actions=state.actions.get(parent.id, []) if parent and not failure else [],
+        feedback=state.feedback.get(parent.id, "") if parent else "",
+        parent_speedup_vs_eager=state.speedups.get(parent.id) if parent else None, lessons=state.lessons,
+        exclude_ids=state.tried, seed=config.seed + len(state.tried) if expansion.seed is None else expansion.seed,
+        model=config.llm.model, llm_tokens_left=state.llm.tokens_left(), llm_usd_left=state.llm.usd_left(),
+        api_key=run.api_key)
 
 
-def spent(run: Run, budgets: Budgets, started: float) -> str | None:
-    if len(run.tried) >= budgets.candidates:
-        return f"candidate budget of {budgets.candidates} spent"
-    if time.monotonic() - started > budgets.wall_time_s:
-        return f"wall-time budget of {budgets.wall_time_s:.0f} s spent"
-    if budgets.gpu_s is not None and run.gpu_s >= budgets.gpu_s:
-        return f"device-time budget of {budgets.gpu_s:.0f} s spent ({run.gpu_s:.0f} s)"
-    if budgets.target_sol is not None and (reached := run.best_sol) is not None and reached >= budgets.target_sol:
-        return f"target of {budgets.target_sol:.2f} of speed of light reached: the best is at {reached:.2f}"
-    return run.llm.exhausted()
+def spent(state: SearchState, started: float) -> str | None:
+    """Which budget of the run's configuration is spent, if any."""
+    config = state.config
+    if len(state.tried) >= config.budget:
+        return f"candidate budget of {config.budget} spent"
+    if time.monotonic() - started > config.wall_time_s:
+        return f"wall-time budget of {config.wall_time_s:.0f} s spent"
+    if config.gpu_seconds is not None and state.gpu_s >= config.gpu_seconds:
+        return f"device-time budget of {config.gpu_seconds:.0f} s spent ({state.gpu_s:.0f} s)"
+    if config.target_sol is not None and (reached := state.best_sol) is not None and reached >= config.target_sol:
+        return f"target of {config.target_sol:.2f} of speed of light reached: the best is at {reached:.2f}"
+    return state.llm.exhausted()
 
 
-def search(run: Run, strategy: Strategy, budgets: Budgets, evaluate_one: Callable[[Candidate], float | None],
+def search(run: Run, strategy: Strategy, evaluate_one: Callable[[Candidate], float | None],
            profile_one: Callable[[Candidate], None], pending: list[Candidate] | None = None) -> None:
     """Evaluate `pending` first (a resumed run's unfinished candidates, a warm start's seed), then select, propose,
     evaluate, keep the best, tell the strategy and save its state; raises StopSearch with the reason."""
-    started = time.monotonic()
+    started, state = time.monotonic(), run.state
     progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
     for candidate in pending or []:
-        consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
+        consider(run, strategy, candidate, evaluate_one, profile_one)
     while True:
-        if (why := spent(run, budgets, started) or strategy.stop(run)) is not None:
+        if (why := spent(state, started) or strategy.stop(state)) is not None:
             raise StopSearch(why)
         if isinstance(strategy, Rounds):
-            round_(run, strategy, budgets, started, evaluate_one, profile_one, progress)
+            round_(run, strategy, started, evaluate_one, profile_one, progress)
             continue
-        for candidate in propose(run, request(run, strategy.select(run))):
-            consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
-            update_progress_artifact(progress, 100.0 * len(run.tried) / budgets.candidates)
-            if len(run.tried) >= budgets.candidates:
+        for candidate in propose(run, request(run, strategy.select(state))):
+            consider(run, strategy, candidate, evaluate_one, profile_one)
+            update_progress_artifact(progress, 100.0 * len(state.tried) / run.config.budget)
+            if len(state.tried) >= run.config.budget:
                 break
 
 
-def shares(run: Run, requests: list[GenerateRequest]) -> list[GenerateRequest]:
+def shares(state: SearchState, requests: list[GenerateRequest]) -> list[GenerateRequest]:
     """The run's LLM budget left, split evenly among a round's requests (tokens rounded up), so that the round's
     concurrent calls, each stopping once its own share is spent, pass the budget by at most one call each."""
-    k, tokens, usd = len(requests), run.llm.tokens_left(), run.llm.usd_left()
+    k, tokens, usd = len(requests), state.llm.tokens_left(), state.llm.usd_left()
     return [req.model_copy(update=dict(llm_tokens_left=None if tokens is None else -(-tokens // k),
                                        llm_usd_left=None if usd is None else usd / k)) for req in requests]
 
 
-def round_(run: Run, strategy: Rounds, budgets: Budgets, started: float,
-           evaluate_one: Callable[[Candidate], float | None], profile_one: Callable[[Candidate], None],
-           progress: UUID) -> None:
+def round_(run: Run, strategy: Rounds, started: float, evaluate_one: Callable[[Candidate], float | None],
+           profile_one: Callable[[Candidate], None], progress: UUID) -> None:
     """One round of a Rounds strategy: its requests planned (no more than the candidate budget left), proposed and
     compiled at once (proposals), the round saved; then, in the plan's order, each turn's candidates evaluated one
     at a time, told to the strategy and saved, exactly as the one-at-a-time loop would: the result does not depend
-    on which call finished first. A resumed run whose round was interrupted (run.round, from the saved state)
+    on which call finished first. A resumed run whose round was interrupted (state.round, from the saved state)
     evaluates what is left of it instead, asking for nothing again. Before every turn but the first the budgets and
     the strategy's stop are checked again; a stop there leaves the round's later proposals unevaluated (their LLM
     calls are recorded and charged; their compiles, done, are not recorded; they stay in the saved round)."""
-    if not run.round:
-        run.round = proposals(run, strategy, budgets)
+    state, budget = run.state, run.config.budget
+    if not state.round:
+        state.plan_round(proposals(run, strategy))
         save(run, strategy)  # before any evaluation: a crash from here on loses none of the round's proposals
     try:
-        for i, turn in enumerate(list(run.round)):
-            if i and (why := spent(run, budgets, started) or strategy.stop(run)) is not None:
+        for i, turn in enumerate(list(state.round)):
+            if i and (why := spent(state, started) or strategy.stop(state)) is not None:
                 raise StopSearch(why)
-            strategy.begin(run, turn.who)
-            run.lessons = list(turn.lessons)
+            strategy.begin(state, turn.who)
+            state.teach(turn.lessons)
             candidates = {c.id: c for c in outcome(run, turn.proposed)}
             # A turn leaves the saved round with its last candidate's evaluation (consider saves after it): a
             # resumed turn with nothing left would count as one that gave nothing. One with no candidate at all is
             # over once begun and ended, before the next save.
             if not turn.left:
-                run.round.remove(turn)
+                state.turn_done(turn)
             while turn.left:
                 candidate = candidates[turn.left.pop(0)]
                 if not turn.left:
-                    run.round.remove(turn)
-                consider(run, strategy, candidate, evaluate_one, profile_one, budgets)
-                update_progress_artifact(progress, 100.0 * len(run.tried) / budgets.candidates)
-                if len(run.tried) >= budgets.candidates:
+                    state.turn_done(turn)
+                consider(run, strategy, candidate, evaluate_one, profile_one)
+                update_progress_artifact(progress, 100.0 * len(state.tried) / budget)
+                if len(state.tried) >= budget:
                     break
-            strategy.end(run, turn.who)
+            strategy.end(state, turn.who)
     finally:
         run.precompiled.clear()  # a stopped round's compiles: never recorded
 
 
-def proposals(run: Run, strategy: Rounds, budgets: Budgets) -> list[Proposal]:
+def proposals(run: Run, strategy: Rounds) -> list[Proposal]:
     """A round's turns planned, their generate calls and compiles run at once (propose_round), charged, in the
     plan's order. A candidate proposed twice in a round is evaluated once, for the first turn that proposed it."""
-    turns = strategy.plan(run, budgets.candidates - len(run.tried))
-    requests = shares(run, [turn.request for turn in turns])
+    turns = strategy.plan(run, run.config.budget - len(run.state.tried))
+    requests = shares(run.state, [turn.request for turn in turns])
     planned, seen = list[Proposal](), set[str]()
     for turn, proposed in zip(turns, propose_round(run, requests, strategy.workers), strict=True):
         charge(run, proposed)
@@ -218,25 +217,25 @@ def proposals(run: Run, strategy: Rounds, budgets: Budgets) -> list[Proposal]:
 
 
 def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: Callable[[Candidate], float | None],
-             profile_one: Callable[[Candidate], None], budgets: Budgets) -> None:
+             profile_one: Callable[[Candidate], None]) -> None:
     """One candidate: evaluated as the strategy says, kept if best (and profiled), the strategy told, its state
     saved (search_state table) so an interrupted run resumes from here."""
-    if candidate.id not in run.candidates:
-        run.tried.append(candidate.id)
-        run.candidates[candidate.id] = candidate
+    state = run.state
+    state.consider(candidate)
     speedup = strategy.evaluate(run, candidate, evaluate_one)
-    print(f"[{len(run.tried)}/{budgets.candidates}] {candidate.id} {candidate.origin.proposer} "
+    print(f"[{len(state.tried)}/{run.config.budget}] {candidate.id} {candidate.origin.proposer} "
           f"{candidate.origin.params}: " + (f"verified, {speedup:.3f}x eager" if speedup else
                                             "rejected or not kept (see leaderboard)"))
-    if speedup and (run.best is None or speedup > run.best[0]):
-        new_best(run, candidate, speedup)
+    if speedup and (state.best is None or speedup > state.best[0]):
+        state.crown(candidate, speedup)
         profile_one(candidate)
-    strategy.update(run, candidate, speedup)
+    strategy.update(state, candidate, speedup)
     save(run, strategy)
 
 
 def save(run: Run, strategy: Strategy) -> None:
     """The search's state as a row of the search_state table: the strategy's, the lessons, the round in progress."""
-    run.store.append("search_state", run.id, [SearchState(
-        strategy=strategy.NAME, n_tried=len(run.tried), state_json=json.dumps(strategy.state(), default=str),
-        lessons=run.lessons, round=run.round, updated_at=datetime.now(UTC).isoformat(timespec="seconds"))])
+    state = run.state
+    run.recorder.snapshot(SearchSnapshot(
+        strategy=strategy.NAME, n_tried=len(state.tried), state_json=json.dumps(strategy.state(), default=str),
+        lessons=state.lessons, round=state.round, updated_at=datetime.now(UTC).isoformat(timespec="seconds")))

@@ -47,7 +47,7 @@ def toolchain() -> dict[str, str]:
 
 
 def result(req: CompileRequest, **fields: Any) -> CompileResult:
-    """A CompileResult for this request; `fields` gives status, mode, message, kernels, blobs, ..."""
+    """A CompileResult for this request; `fields` gives status, mode, message, kernels, files, ..."""
     fields.setdefault("status", "ok")
     fields.setdefault("mode", "none")
     return CompileResult(candidate_id=req.candidate.id, problem_id=req.candidate.problem_id,

@@ -27,7 +27,6 @@ from typing import NamedTuple
 
 from torch.utils import cpp_extension
 
-from kernelflow.artifacts.blobs import put_text
 from kernelflow.stages.backends import import_candidate, result
 from kernelflow.stages.backends.harvest import find_tool, parse_ptxas, put_binaries, with_sass
 from kernelflow.stages.contracts import CompileRequest, CompileResult, KernelBinary
@@ -156,7 +155,7 @@ def compile(req: CompileRequest, include_dirs: Sequence[str] = (),
         raise CandidateFault("compile_error", "no load_inline/load call with CUDA sources found at import")
     base_includes = [*_include_paths(Path(req.workdir) / "nvcc" / "shim"), *include_dirs]  # once per compile
     rows: list[KernelBinary] = []
-    blobs: dict[str, str] = {}
+    files: dict[str, str] = {}
     logs: list[str] = []
     for ext in extensions:
         for file, text in ext.sources:
@@ -164,23 +163,23 @@ def compile(req: CompileRequest, include_dirs: Sequence[str] = (),
             build = Path(req.workdir) / "nvcc" / key
             code, log = _nvcc(nvcc, req, ext, file, text, build, base_includes)
             logs.append(log)
-            blobs[f"cu:{key}"] = put_text(req.blob_dir, text)
+            files[f"cu:{key}"] = (build / file).relative_to(req.workdir).as_posix()
             if code != 0:
-                blobs["log"] = put_text(req.blob_dir, "\n".join(logs))
+                files["log"] = req.write("nvcc.log", "\n".join(logs))
                 missing = re.findall(r"fatal error: ([^:\s]+): No such file or directory", log)
                 if missing and all(m.startswith(library_headers) for m in missing):
-                    return result(req, mode="on_gpu_worker", blobs=blobs, message=f"{key}: library header "
+                    return result(req, mode="on_gpu_worker", files=files, message=f"{key}: library header "
                                   f"{', '.join(missing)} missing on this machine; the extension is built by load_inline "
                                   "on the GPU worker" + note)
                 errors = [line for line in log.splitlines() if "error" in line]
                 raise_msg = f"nvcc failed on {key}: " + ("\n".join(errors[:10]) or log[-2000:])
-                return result(req, status="failed", failure_kind="compile_error", message=raise_msg, blobs=blobs)
+                return result(req, status="failed", failure_kind="compile_error", message=raise_msg, files=files)
             ptx = next((build / "keep").glob("*.ptx"), None)
-            sass_text = put_binaries(req.blob_dir, blobs, key, ptx.read_text() if ptx else None,
+            sass_text = put_binaries(req, files, key, ptx.read_text() if ptx else None,
                                      (build / file).with_suffix(".cubin").read_bytes())
             shutil.rmtree(build / "keep")  # preprocessed intermediates: tens of MB
             rows += with_sass(parse_ptxas(log), sass_text)
-    blobs["log"] = put_text(req.blob_dir, "\n".join(logs))
-    return result(req, mode="ahead_of_time", kernels=rows, blobs=blobs,
+    files["log"] = req.write("nvcc.log", "\n".join(logs))
+    return result(req, mode="ahead_of_time", kernels=rows, files=files,
                   message=f"binaries for inspection built here for {req.arch}; the extension is built by load_inline "
                           f"on the GPU worker{note}")

@@ -1,4 +1,5 @@
-"""Turn compiled GPU binaries into artifacts: PTX, cubin and SASS blobs plus one KernelBinary row per kernel.
+"""Turn compiled GPU binaries into what a compile makes: PTX, cubin and SASS files plus one KernelBinary row per
+kernel.
 
 The compile backends use it for binaries built ahead of time on a CPU worker; a GPU worker uses
 `harvest_triton` after a Triton candidate ran, to keep the kernels Triton compiled at first launch.
@@ -17,9 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernelflow.artifacts.blobs import put_bytes, put_text
 from kernelflow.stages.backends.sass import sass_stats
-from kernelflow.stages.contracts import KernelBinary
+from kernelflow.stages.contracts import KernelBinary, StageRequest
 
 
 def _triton_bin() -> Path | None:
@@ -80,15 +80,16 @@ def sass(cubin: bytes) -> str | None:
     return proc.stdout if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def put_binaries(blob_dir: str, blobs: dict[str, str], key: str, ptx: str | None, cubin: bytes | None) -> str | None:
-    """Store ptx:<key>, cubin:<key> and sass:<key> (when cuobjdump can read the cubin); returns the SASS text."""
-    text = None
+def put_binaries(req: StageRequest, files: dict[str, str], key: str, ptx: str | None, cubin: bytes | None) -> str | None:
+    """Write ptx:<key>, cubin:<key> and sass:<key> (when cuobjdump can read the cubin) under binaries/ of the work dir,
+    named in `files`; returns the SASS text."""
+    text, stem = None, "binaries/" + re.sub(r"[^\w.-]", "_", key)
     if ptx:
-        blobs[f"ptx:{key}"] = put_text(blob_dir, ptx)
+        files[f"ptx:{key}"] = req.write(f"{stem}.ptx", ptx)
     if cubin:
-        blobs[f"cubin:{key}"] = put_bytes(blob_dir, cubin)
+        files[f"cubin:{key}"] = req.write(f"{stem}.cubin", cubin)
         if (text := sass(cubin)) is not None:
-            blobs[f"sass:{key}"] = put_text(blob_dir, text)
+            files[f"sass:{key}"] = req.write(f"{stem}.sass", text)
     return text
 
 
@@ -143,9 +144,9 @@ def _ptxas_report(kernel: Any) -> KernelBinary | None:
     return rows[0] if len(rows) == 1 else None
 
 
-def triton_row(key: str, kernel: Any, blob_dir: str, blobs: dict[str, str]) -> KernelBinary:
-    """Blobs and a row for one CompiledKernel. shared_bytes is Triton's (dynamic) shared memory per block."""
-    text = put_binaries(blob_dir, blobs, key, kernel.asm.get("ptx"), kernel.asm.get("cubin"))
+def triton_row(key: str, kernel: Any, req: StageRequest, files: dict[str, str]) -> KernelBinary:
+    """Files and a row for one CompiledKernel. shared_bytes is Triton's (dynamic) shared memory per block."""
+    text = put_binaries(req, files, key, kernel.asm.get("ptx"), kernel.asm.get("cubin"))
     try:
         report = _ptxas_report(kernel)
     except Exception:  # no ptxas here: fall back to what the driver reported at load, if it loaded
@@ -155,14 +156,14 @@ def triton_row(key: str, kernel: Any, blob_dir: str, blobs: dict[str, str]) -> K
     return with_sass([row], text, kernel.metadata.name)[0]
 
 
-def harvest_triton(module: ModuleType, blob_dir: str) -> tuple[list[KernelBinary], dict[str, str]]:
-    """Every kernel Triton compiled for this module's @triton.jit functions: rows and blobs (ptx/cubin/sass:<name>).
+def harvest_triton(module: ModuleType, req: StageRequest) -> tuple[list[KernelBinary], dict[str, str]]:
+    """Every kernel Triton compiled for this module's @triton.jit functions: rows and files (ptx/cubin/sass:<name>).
 
     A function compiled for several specializations gives name, name.1, name.2, ...
     """
     rows: list[KernelBinary] = []
-    blobs: dict[str, str] = {}
+    files: dict[str, str] = {}
     for name, fn in triton_kernels(module).items():
         for i, kernel in enumerate(compiled_variants(fn)):
-            rows.append(triton_row(name if i == 0 else f"{name}.{i}", kernel, blob_dir, blobs))
-    return rows, blobs
+            rows.append(triton_row(name if i == 0 else f"{name}.{i}", kernel, req, files))
+    return rows, files

@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from kernelflow.artifacts.blobs import put_text
 from kernelflow.stages.backends import import_candidate, result
 from kernelflow.stages.backends.harvest import harvest_triton, triton_kernels
 from kernelflow.stages.contracts import CompileRequest, CompileResult, Problem, Workload
@@ -147,16 +146,16 @@ def compile(req: CompileRequest) -> CompileResult:
     except Exception as e:  # a compile fault; its text is in `errors` too
         where, reason = None, f"{type(e).__name__}: {e}"
     if errors:
-        log = put_text(req.blob_dir, "\n\n".join(errors))
-        return result(req, status="failed", failure_kind="compile_error", message=errors[0][:2000], blobs={"log": log})
-    rows, blobs = harvest_triton(module, req.blob_dir)
+        log = req.write("compile_log.txt", "\n\n".join(errors))
+        return result(req, status="failed", failure_kind="compile_error", message=errors[0][:2000], files={"log": log})
+    rows, files = harvest_triton(module, req)
     if where is None or not rows:
         reason = reason if where is None else f"forward at {where} launched no Triton kernel"
-        return result(req, mode="on_gpu_worker", kernels=rows, blobs=blobs, defined=defined, message=f"kernels found: {names}. "
+        return result(req, mode="on_gpu_worker", kernels=rows, files=files, defined=defined, message=f"kernels found: {names}. "
                       f"Ahead-of-time capture failed: {reason}. Binaries are produced at first launch on the GPU worker")
     unlaunched = sorted(set(kernels) - {r.name.split(".")[0] for r in rows})
     note = f"; not launched (helpers or other paths): {', '.join(unlaunched)}" if unlaunched else ""
-    return result(req, mode="ahead_of_time", kernels=rows, blobs=blobs, defined=defined,
+    return result(req, mode="ahead_of_time", kernels=rows, files=files, defined=defined,
                   library_calls=sorted(op for op in calls if op_class(op) == "vendor"),
                   message=f"compiled for {req.arch} from launches captured at {where}: "
                           f"{', '.join(r.name for r in rows)}{note}")

@@ -3,9 +3,8 @@
 The container runs `python -m stages.<name> REQUEST.json RESULT.json` of the image's installed kernelflow, as the
 image's non-root user (or, when kernelflow itself is not root, as the caller's uid), with:
 - no network (network_mode none), a read-only root, every capability dropped, no-new-privileges;
-- writable only: the call's work directory (mounted at its own path), a fresh blob directory (mounted at the
-  request's blob_dir path; blobs whose name is their sha256 are copied into the store afterwards, nothing else),
-  and /tmp (tmpfs: HOME, Triton's cache, torch extensions);
+- writable only: the call's work directory (mounted at its own path: what the call makes is left there, named in
+  its result) and /tmp (tmpfs: HOME, Triton's cache, torch extensions);
 - the problem file as the request carries it (read-only), so the container needs nothing of the host's paths;
 - a memory and a process limit, the request's deadline (past it the container is killed: a "timeout" result);
 - an environment built from nothing (never the caller's: no key or token can reach candidate code);
@@ -27,13 +26,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kernelflow.artifacts.blobs import put_bytes
 from kernelflow.stages.contracts import Contract, StageRequest
 from kernelflow.stages.errors import InfrastructureError
 
 FINGERPRINT_LABEL = "org.kernelflow.code-fingerprint"
 # What a stage process imports of ours (a test checks the list): the image must carry these files as they are here.
-FINGERPRINTED = ("__init__.py", "stages", "artifacts/__init__.py", "artifacts/blobs.py")  # under kernelflow/
+FINGERPRINTED = ("__init__.py", "stages")  # under kernelflow/
 PROBLEM_DIR = "/kernelflow/problem"  # where the container finds the problem file, read-only
 PASSED_ENV = ("KERNELFLOW_CODE_VERSION",)  # the only variables of the caller's that a container gets
 
@@ -130,15 +128,6 @@ def _gpus() -> Any:
     return docker.types.DeviceRequest(count=None if ids else -1, device_ids=ids, capabilities=[["gpu"]])
 
 
-def _import_blobs(staged: Path, blob_dir: str) -> None:
-    """Copy into the store the blobs whose content matches their name; anything else the container left stays out."""
-    for path in staged.glob("*/*"):
-        if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            if hashlib.sha256(data).hexdigest() == path.name:
-                put_bytes(blob_dir, data)
-
-
 def _describe(status: int, oom: bool, docker: Docker) -> tuple[str, str]:
     if oom:
         return "oom", f"killed at the container's memory limit ({docker.mem_limit})"
@@ -157,8 +146,7 @@ def run_in_container(module: str, request: StageRequest, docker: Docker, req_pat
 
     # bind mounts take absolute paths, and the container sees each directory at the path the request names
     req_path, res_path = req_path.resolve(), res_path.resolve()
-    request = request.model_copy(update={"workdir": str(req_path.parent),
-                                         "blob_dir": str(Path(request.blob_dir).resolve())})
+    request = request.model_copy(update={"workdir": str(req_path.parent), "cache_dir": None})
     client = _client()
     try:
         user, owner = _user_and_owner(_image_user(client, docker.image))
@@ -166,7 +154,6 @@ def run_in_container(module: str, request: StageRequest, docker: Docker, req_pat
             mounts = _stage(Path(call), request, req_path, owner)
             command = ["python", "-m", module, str(req_path), str(res_path)]
             status, oom = _run(client, command, request, docker, user, mounts, log_path)
-            _import_blobs(Path(call) / "blobs", request.blob_dir)
     except (sdk.errors.DockerException, requests.exceptions.RequestException) as e:
         raise InfrastructureError(f"docker executor ({docker.image}): {type(e).__name__}: {e}") from e
     finally:
@@ -177,12 +164,11 @@ def run_in_container(module: str, request: StageRequest, docker: Docker, req_pat
 
 
 def _stage(call: Path, request: StageRequest, req_path: Path, owner: tuple[int, int] | None) -> list:
-    """The call's mounts: its work directory (the request, as the container sees it, written there), a fresh blob
-    directory at the request's blob_dir path, and the problem's text read-only."""
+    """The call's mounts: its work directory (the request, as the container sees it, written there) and the
+    problem's text read-only."""
     from docker.types import Mount
 
-    staged, problem_dir = call / "blobs", call / "problem"
-    staged.mkdir()
+    problem_dir = call / "problem"
     problem_dir.mkdir()
     inner = request
     if (problem := getattr(request, "problem", None)) is not None:
@@ -192,9 +178,7 @@ def _stage(call: Path, request: StageRequest, req_path: Path, owner: tuple[int, 
     req_path.write_text(inner.model_dump_json())
     if owner:
         _chown_tree(req_path.parent, owner)
-        _chown_tree(staged, owner)
     return [Mount(str(req_path.parent), str(req_path.parent), type="bind"),
-            Mount(request.blob_dir, str(staged), type="bind"),
             Mount(PROBLEM_DIR, str(problem_dir), type="bind", read_only=True)]
 
 

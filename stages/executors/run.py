@@ -2,7 +2,7 @@
 code), or in a container of its own (stages/executors/docker.py: no network, read-only root, limits, non-root user).
 
 A candidate that crashes the process, calls os._exit, hangs or poisons the CUDA context only loses its own
-process: the executor turns that into a failure result with the process log kept as a blob. Inline stages share the
+process: the executor turns that into a failure result with the process log named in its files. Inline stages share the
 flow's process, keys included: inline is for trusted code and tests.
 
 A stage subprocess (stages/executors/sandbox.py, `Sandbox`) gets the environment without secrets (SECRET: API keys, tokens,
@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from kernelflow.artifacts.blobs import put_bytes
 from kernelflow.stages.contracts import StageRequest, StageResult
 from kernelflow.stages.entry import INFRA_EXIT
 from kernelflow.stages.errors import InfrastructureError
@@ -53,7 +52,8 @@ def stage_env(request: StageRequest) -> dict[str, str]:
         env["TRITON_INTERPRET"] = "1"  # Triton candidates run on CPU tensors through the interpreter
     else:
         env.pop("TRITON_INTERPRET", None)
-    env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(request.blob_dir).parent / "torch_extensions"))
+    if request.cache_dir is not None:
+        env.setdefault("TORCH_EXTENSIONS_DIR", str(Path(request.cache_dir) / "torch_extensions"))
     return env
 
 
@@ -66,9 +66,9 @@ def _describe_exit(code: int, sandbox: Plan) -> tuple[str, str]:
 
 def forget_candidate(request: StageRequest) -> None:
     """Drop the module of the request's candidate, which an inline stage imported (stages/harness/candidate.py names it
-    kf_cand_<id>): each stage call imports its candidate afresh, and kept, they grew the flow process by ~55 kB per
-    candidate (BENCHMARKS.md, "Load"). Only this call's: another thread's inline stage may be importing its own.
-    With the module go the two caches that held its code after it (docs/LOG.md, tenth session): linecache's copy of
+    kf_cand_<id>): each stage call imports its candidate afresh, and kept, they grow the flow process by ~55 kB per
+    candidate (measured: docs/LOG.md). Only this call's: another thread's inline stage may be importing its own.
+    With the module go the two caches that would hold its code after it: linecache's copy of
     its file (Triton reads the source through inspect) and the Triton interpreter's rewritten kernels, keyed by the
     module's functions. (kernelflow.stages.harness.candidate, imported here, brings torch, which the inline stage has imported.)"""
     if (candidate := getattr(request, "candidate", None)) is None:
@@ -113,16 +113,16 @@ def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> St
         sandbox = mode if isinstance(mode, Sandbox) else Sandbox()
         code, kind, why, record = _run_process(name, request, sandbox, req_path, res_path, log_path)
     log_bytes = log_path.read_bytes()
-    log_blob = put_bytes(request.blob_dir, log_bytes)
+    log_file = log_path.relative_to(workdir).as_posix()
     if res_path.exists() and kind == "crash":
         result = module.Result.model_validate_json(res_path.read_text())
-        result.blobs.setdefault("stage_log", log_blob)
+        result.files.setdefault("stage_log", log_file)
         result.sandbox = record
         return result
     tail = log_bytes.decode(errors="replace")[-2000:]
     if code == INFRA_EXIT and kind == "crash":
         raise InfrastructureError(f"stage {name} failed outside the candidate ({why}); log {log_path}:\n{tail}")
-    result = module.failed(request, kind, f"{why}. Log tail:\n{tail}", {"stage_log": log_blob})
+    result = module.failed(request, kind, f"{why}. Log tail:\n{tail}", {"stage_log": log_file})
     result.duration_s, result.sandbox = time.perf_counter() - started, record
     return result
 

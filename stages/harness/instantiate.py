@@ -48,11 +48,11 @@ MODES = {"compile": None, "compile_max": "max-autotune", "compile_max_nocg": "ma
 def baseline(name: str, ref: torch.nn.Module) -> Any:
     """The reference as the user runs it: eager, or under torch.compile in one of its modes, specialized to the shapes
     it is called with (dynamic=False). Without that, dynamo shares what it learned between compiled copies of the same
-    forward: the benchmark's second workload recompiled with symbolic shapes, and every later workload ran that
-    shape-generic code, slower than what a user running one of those shapes gets (docs/LOG.md, tenth session).
+    forward: the benchmark's second workload would recompile with symbolic shapes, and every later workload would run
+    that shape-generic code, slower than what a user running one of those shapes gets (docs/LOG.md).
     Every mode and shape is then its own entry in dynamo's cache of the forward's code: past its recompile limit
-    (8) dynamo would run the forward eagerly without a word (bench_gpu --max-autotune's third mode on a third shape
-    did), so the limit is raised to RECOMPILES and reaching it raises instead."""
+    (8) dynamo would run the forward eagerly without a word (three modes on three shapes of bench_gpu
+    --max-autotune pass it), so the limit is raised to RECOMPILES and reaching it raises instead."""
     if name == "eager":
         return ref
     import torch._dynamo.config as dynamo_config

@@ -47,7 +47,7 @@ from kernelflow.stages.harness import audit, launches
 TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 PRECISION = ("allow_tf32 (cuda matmul)", "allow_tf32 (cudnn)", "float32 matmul precision",
              "fp16 reduced-precision reductions", "bf16 reduced-precision reductions", "TRITON_F32_DEFAULT")
-HARNESS_PACKAGES = ("stages", "artifacts")
+HARNESS_PACKAGES = ("kernelflow.stages", "kernelflow.artifacts")  # the harness: every module under these is watched
 TRITON_CLASSES = (("triton.runtime.jit", "JITFunction"), ("triton.runtime.jit", "KernelInterface"),
                   ("triton.runtime.interpreter", "InterpretedFunction"), ("triton.compiler.compiler", "CompiledKernel"),
                   ("triton.runtime.autotuner", "Autotuner"))
@@ -81,9 +81,9 @@ def _set_cudnn(enabled: bool, benchmark: bool, deterministic: bool) -> None:
 
 
 def deterministic(mode: bool, warn_only: bool = False) -> None:
-    """torch.use_deterministic_algorithms without its `import torch._inductor.config`, which loads dynamo (4.2 s in
-    a bare process on the H200's host; with the census's own path to dynamo, stages/harness/library_policy.py, 3.8 of a
-    verify call's 6.6 s there; BENCHMARKS.md, "Stage process overhead").
+    """torch.use_deterministic_algorithms without its `import torch._inductor.config`, which loads dynamo: seconds of
+    every stage process, and with the census's own path to dynamo (stages/harness/library_policy.py) most of a verify
+    call's time (measured: docs/LOG.md, "Stage process overhead").
     Inductor's own flag is set too when inductor is loaded already; code that loads it later compiles with its
     default, and a verification still catches what that changes (a second call disagreeing is `nondeterministic`)."""
     if (config := sys.modules.get("torch._inductor.config")) is not None:
@@ -150,7 +150,7 @@ def _namespaces() -> Iterator[tuple[str, Any, bool]]:
     for c in classes:
         yield f"{c.__module__}.{c.__qualname__}", c, False
     for name, module in list(sys.modules.items()):
-        if module is not None and name.split(".")[0] in HARNESS_PACKAGES:
+        if module is not None and name.startswith(tuple(f"{p}." for p in HARNESS_PACKAGES)):
             yield name, module, True
             for c in [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == name]:
                 yield f"{name}.{c.__qualname__}", c, True

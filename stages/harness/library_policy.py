@@ -84,8 +84,8 @@ class Census(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         """`count`, kept out of dynamo's tracing once dynamo is loaded, as torch's wrapper does for every mode. Not
         before: that wrapper imports dynamo on its first call, in every stage process (with
-        torch.use_deterministic_algorithms' path to it, stages/harness/integrity.py `deterministic`: 3.8 of a verify's 6.6 s
-        on the H200's host, 1.1 of 1.4 s on a CPU); a process that never loaded dynamo runs no compiled frame."""
+        torch.use_deterministic_algorithms' path to it, stages/harness/integrity.py `deterministic`, most of a
+        verify's time: docs/LOG.md); a process that never loaded dynamo runs no compiled frame."""
         if "torch._dynamo" in sys.modules:
             return _outside_dynamo(self, func, args, kwargs)
         return self.count(func, args, kwargs)

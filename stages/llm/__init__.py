@@ -1,1 +1,1 @@
-"""The LLM path (issue 5): client, prompts, reply parsing and patching; the `llm` proposer uses them."""
+"""The LLM path: client, prompts, reply parsing and patching; the `llm` proposer uses them."""

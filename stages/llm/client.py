@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, cast
+from typing import Any
 
 import openai
 from pydantic import Field
@@ -120,26 +120,23 @@ class LLMBudget(Contract):
         return None
 
 
-def api_key() -> str:
-    """OPENAI_API_KEY, else the Prefect Secret block named by KERNELFLOW_LLM_SECRET_BLOCK."""
-    if key := os.environ.get("OPENAI_API_KEY"):
+def api_key(given: str | None = None) -> str:
+    """The key the caller resolved (the flow: OPENAI_API_KEY or a Prefect Secret block), else OPENAI_API_KEY."""
+    if key := given or os.environ.get("OPENAI_API_KEY"):
         return key
-    if block := os.environ.get("KERNELFLOW_LLM_SECRET_BLOCK"):
-        from prefect.blocks.system import Secret
-
-        secret = Secret.load(block, _sync=True)  # type: ignore[call-arg]  # sync even when called in an event loop
-        return str(cast(Secret, secret).get())
     raise LLMError("auth", "no API key: set OPENAI_API_KEY, or KERNELFLOW_LLM_SECRET_BLOCK to the name of a "
                            "Prefect Secret block holding it")
 
 
-def openai_client(settings: LLMSettings) -> openai.OpenAI:
-    return openai.OpenAI(api_key=api_key(), base_url=settings.base_url, timeout=settings.timeout_s, max_retries=0)
+def openai_client(settings: LLMSettings, key: str | None = None) -> openai.OpenAI:
+    return openai.OpenAI(api_key=api_key(key), base_url=settings.base_url, timeout=settings.timeout_s, max_retries=0)
 
 
 def complete(messages: list[dict[str, str]], settings: LLMSettings, purpose: str, budget: LLMBudget | None = None,
-             client_factory: Callable[[LLMSettings], openai.OpenAI] | None = None) -> LLMReply:
-    """One chat completion, retried per the module's policy; raises LLMError (with its LLMCall) on failure."""
+             client_factory: Callable[[LLMSettings], openai.OpenAI] | None = None,
+             secret: str | None = None) -> LLMReply:
+    """One chat completion, retried per the module's policy; raises LLMError (with its LLMCall) on failure. `secret`:
+    the endpoint's key (else OPENAI_API_KEY)."""
     started_at, t0, attempts = datetime.now(UTC).isoformat(timespec="milliseconds"), CLOCK(), 0
     gave_up: list[str] = []  # why the retries stopped before max_attempts: the wall-clock limit
 
@@ -162,7 +159,7 @@ def complete(messages: list[dict[str, str]], settings: LLMSettings, purpose: str
     key = None
     try:
         _check(budget)  # before the key is looked up or the server contacted
-        client = (client_factory or openai_client)(settings)
+        client = client_factory(settings) if client_factory else openai_client(settings, secret)
         key = client.api_key
         for attempt in Retrying(stop=stop, wait=_wait(settings.max_backoff_s), retry=retry_if_exception_type(RETRIED),
                                 sleep=lambda s: SLEEP(s), reraise=True):

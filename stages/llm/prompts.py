@@ -4,7 +4,7 @@ an empty string), and the facts they are filled with (problem, backend guidance,
 Templates: system (the harness's rules), init (write a kernel), debug_diagnose then debug_patch (two steps: find
 the cause from the evidence, then a localized SEARCH/REPLACE patch, never a rewrite or a fallback), optimize (the
 parent, its profile feedback and the search's lessons). backends/<backend>.j2 is the per-backend guidance;
-prompts/examples/ holds runnable few-shot modules, verified by tests/test_prompts.py.
+prompts/examples/ holds runnable few-shot modules, verified by tests/stages/llm/test_prompts.py.
 """
 
 from __future__ import annotations

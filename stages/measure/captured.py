@@ -2,13 +2,13 @@
 
 Written on the GPU machine by scripts/capture_ncu_fixtures.py (the defect fixtures under tests/fixtures/ncu/h200/)
 and by `scripts/bench_gpu.py --profile-only` (bench/profiles/<problem>[.<workload>].<contender>.json), so the
-tools can be recalibrated and BENCHMARKS.md's advice columns re-derived (`--rerefine`) without spending GPU time
-again.
+tools can be recalibrated and the profile cells of bench/results re-derived (`scripts/bench_gpu.py --rerefine`)
+without spending GPU time again.
 
     {"expected_tool": tool or null, "problem": path relative to the repository (else absolute), "gpu": device name,
      "candidate": Candidate or null (a baseline), "kernels": [KernelBinary: ptxas and SASS statistics],
      "library_calls": [the cuBLAS/cuDNN ops the candidate calls (CompileResult.library_calls); absent: none],
-     "profile": ProfileResult with its blob references dropped (the .ncu-rep stays in the run's store)}
+     "profile": ProfileResult with its file and blob references dropped (the .ncu-rep stays in the run's store)}
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def dump(path: Path, problem_path: Path, gpu: str | None, profile: ProfileResult
               "problem": str(problem.relative_to(ROOT) if problem.is_relative_to(ROOT) else problem),
               "gpu": gpu, "candidate": candidate.model_dump(mode="json") if candidate else None,
               "kernels": [k.model_dump(mode="json") for k in kernels or []], "library_calls": library_calls or [],
-              "profile": profile.model_copy(update={"blobs": {}}).model_dump(mode="json")}
+              "profile": profile.model_copy(update={"blobs": {}, "files": {}}).model_dump(mode="json")}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
 

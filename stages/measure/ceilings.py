@@ -1,19 +1,19 @@
-"""The ceilings of this machine's GPU, measured once per (GPU model, driver) and cached (issue 3).
+"""The ceilings of this machine's GPU, measured once per (GPU model, driver) and cached.
 
 `measure()` on CUDA, each rate the best of REPEATS timed runs after a warm-up (CUDA events):
 - dram: the faster of a device-to-device copy of COPY_BYTES, or an eighth of the GPU's memory if less (read +
-  written), and a row-sum that reads as many bytes (a read-only stream: on the H200 reductions ran 2% faster than
-  the copy, so a copy ceiling gave SOL fractions of 1.02);
+  written), and a row-sum that reads as many bytes (a read-only stream can run a few percent faster than a copy,
+  so a copy-only ceiling would give reductions SOL fractions above 1);
 - bf16 and fp16 tensor cores, and TF32: an N x N x N matmul through cuBLAS (TF32 allowed only for its own run);
 - fp32 on the CUDA cores: a Triton kernel of FMA_CHAINS independent multiply-add chains per element, no memory
   traffic in the loop (2 FLOP per multiply-add);
 - launch overhead: LAUNCHES back-to-back launches of a one-element add, timed together, per launch.
 `for_gpu` reads the cache ($KERNELFLOW_CACHE, default ~/.cache/kernelflow, file peaks/<gpu>--<driver>.json) or
-measures and writes it; stages/peaks.peaks_for prefers a cached measurement of the named GPU to its table. A
+measures and writes it; `peaks_for` prefers a cached measurement of the named GPU to the table's. A
 measurement that fails keeps the table's numbers and says why in `source`, so no SOL claim hides it.
 
-Verified on CPU (tests/test_ceilings.py): caching, keying and the lookup order, with a stand-in measurement.
-Measured on the H200 on 2026-11-30 (BENCHMARKS.md, "Ceilings"), before the read-only stream was added.
+Checked on CPU (tests/stages/measure/test_ceilings.py): caching, keying and the lookup order, with a stand-in measurement. The
+measured ceilings of the target GPU: bench/ceilings.json (docs/LOG.md).
 """
 
 from __future__ import annotations

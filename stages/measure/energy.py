@@ -5,8 +5,7 @@ of `block` (the request's `energy_calls`) calls, repeated in blocks of `block` u
 (the counter is updated a few times per second, so a shorter window reads noise); J/call = delta / calls. No L2
 flush in this loop (flushing would cost energy of its own). It is board energy: idle power during the loop is
 included. NVML's device index is taken to be CUDA's (as stages/measure/provenance.py does). No NVML: None, and why.
-
-Run on the H200 (BENCHMARKS.md): e.g. the builtin softmax, 0.32 J per call over 1900 calls in 1.00 s (608 W).
+Readings on the target GPU: docs/LOG.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ change with every candidate and torch version):
     ncu --clock-control none --target-processes all --profile-from-start off --metrics <METRICS>
         --export <workdir>/profile --force-overwrite <python> <workdir>/ncu_driver.py <request.json>
 
-The report (`profile.ncu-rep`) is kept as blob "ncu_rep" and ncu's console output as blob "ncu_log". The metrics
+The report (`profile.ncu-rep`) is file "ncu_rep" of the result and ncu's console output file "ncu_log". The metrics
 are then printed from the report with `ncu --import <report> --csv --page raw --print-units base` (a second,
 cheap call: its stdout holds only the CSV, never the profiled program's own output) and parsed by
 `parse_raw_csv`: a header row, a units row, then one row per kernel launch; thousands separators are removed,
@@ -26,10 +26,10 @@ repeated without them (at most NCU_RETRIES times) and the message says which wer
 (not on PATH, permission to counters, LibraryNotLoaded, a timeout, no kernel profiled) gives Counters with no
 kernels and `reason` saying exactly why; the profile stage then keeps status "ok" with counters="unavailable".
 
-Verified on CPU (tests/test_ncu.py): the raw-CSV parser on the CSV of a real H200 report and on a hand-written
+Checked on CPU (tests/stages/measure/test_ncu.py): the raw-CSV parser on the CSV of a real H200 report and on a hand-written
 multi-kernel sample, the rejected-metric parser, ncu missing from PATH and the retry loop against a stand-in ncu
-script. On the H200 (ncu 2025.3.1, Firecracker VM): the command line, the driver, the report import and every
-metric name here; 11 replay passes per kernel for this metric set.
+script. The command line, the driver, the report import and the metric names have no CPU test: their runs under ncu
+on a GPU, and the replay passes this metric set costs, are in docs/LOG.md.
 """
 
 from __future__ import annotations
@@ -47,7 +47,6 @@ from pathlib import Path
 
 import torch
 
-from kernelflow.artifacts.blobs import put_bytes, put_text
 from kernelflow.stages.contracts import KernelProfile, ProfileRequest
 from kernelflow.stages.harness.instantiate import guarded, set_precision
 from kernelflow.stages.measure.subject import WARMUP_CALLS, instance, pick_workload
@@ -181,7 +180,7 @@ class Counters:
     version: str | None = None
     reason: str = ""
     notes: list[str] = field(default_factory=list)
-    blobs: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # ProfileResult.files: paths under the work dir
 
 
 def find_ncu() -> str | None:
@@ -248,7 +247,7 @@ def collect_counters(req: ProfileRequest, timeout_s: float) -> Counters:
             found.reason = f"ncu could not be started: {type(e).__name__}: {e}"
             return found
         log.append(f"$ {' '.join(cmd)}\n{out}\nexit {code}\n")
-        found.blobs["ncu_log"] = put_text(req.blob_dir, "".join(log))
+        found.files["ncu_log"] = req.write("ncu_log.txt", "".join(log))
         report = next(workdir.glob("profile*.ncu-rep"), None)
         kept, rejected = drop_rejected(metrics, out)
         if rejected and kept:  # checked first: ncu may still write a report, empty, when it rejects a metric
@@ -265,7 +264,7 @@ def collect_counters(req: ProfileRequest, timeout_s: float) -> Counters:
     assert report is not None
     if code != 0:
         found.notes.append(f"ncu exited {code} after writing its report")
-    found.blobs["ncu_rep"] = put_bytes(req.blob_dir, report.read_bytes())
+    found.files["ncu_rep"] = report.relative_to(workdir).as_posix()
     try:
         code, csv_text = _run([ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"],
                               max(deadline - time.monotonic(), 10.0), workdir, env)

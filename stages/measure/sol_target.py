@@ -1,7 +1,7 @@
-"""Stop early at a target SOL fraction (issue 6): the best candidate's share of speed of light, from its own timings.
+"""Stop early at a target SOL fraction: the best candidate's share of speed of light, from its own timings.
 
 The fraction of a candidate is the geomean over the run's timed workloads of floor / median, where the floor is the
-SOL floor of the workload's counted work (stages/measure/roofline.py) on this GPU's ceilings (stages/measure/peaks.py: measured if
+SOL floor of the workload's counted work (stages/measure/roofline.py) on this GPU's ceilings (stages/measure/ceilings.py `peaks_for`: measured if
 cached, else the table's). It needs a GPU with known ceilings: on a CPU, or on a GPU without them, a target cannot
 be judged, and the run refuses the option rather than ignore it.
 """

@@ -7,33 +7,26 @@ sync: the gap from the call's end event to it is work the call left running on o
 around the call do not see (`left_running`). Between the flush and the start event the device spins for COVER_US
 (torch.cuda._sleep), so that the host has queued the call's launches before the start event is reached: without it
 the device idles while the host issues the launch, and that idle time, which grows when the harness's own work
-just before the call has cooled the CPU's caches, was timed (on the H200 a 500 us kernel timed 520-620 us by
-the harness depending on what ran before it, 501 us by KernelBench's procedure, whose longer flush covers more;
-docs/LOG.md 2026-11-30). Host time per call beyond the cover still counts. The host's time per call issued back
-to back, as a model's next layers would issue it, is measured apart (`back_to_back_us`): a call whose host time
-there exceeds its device time runs at the host's speed, whatever its kernels take. (A call issued right after the
-timer's sync, flush and spin takes the host 2-4x longer: 105-208 us against 23-61 us for the same Triton calls on
-the H200, BENCHMARKS.md tenth session; that cold time is not what a model pays.) Persisting L2 (a set-aside that
-survives the flush) is reset before timing and checked after the candidate's calls (`persisting_l2_bytes`).
+just before the call has cooled the CPU's caches, would be timed (docs/METHOD.md, "Timed"). Host time per call
+beyond the cover still counts. The host's time per call issued back to back, as a model's next layers would issue
+it, is measured apart (`back_to_back_us`): a call whose host time there exceeds its device time runs at the host's
+speed, whatever its kernels take. (A call issued right after the timer's sync, flush and spin takes the host 2-4x
+longer; that cold time is not what a model pays.) Persisting L2 (a set-aside that survives the flush) is reset
+before timing and checked after the candidate's calls (`persisting_l2_bytes`).
 
 Before each timed call the benchmark queues the same call untimed for SUSTAIN_US of device time (`lead_calls`,
-`sustain`), so that the call meets the clocks of sustained load. Under the H200's 700 W limit a bf16 GEMM's SM clock
-falls from 1980 to 1515-1545 MHz within 150 ms of back-to-back calls, and how far it falls depends on how busy the
-device was just before (scripts/probes/power_state.py, BENCHMARKS.md fifteenth session). Problem 10's 8192^3 GEMM
-timed 1525 us in the benchmark without a lead-in, 1549 by this timer alone, 1711 by KernelBench's procedure and 1765
-after a 20 ms lead-in, at about the clock that 2 s of back-to-back calls hold (1485-1575 MHz). A memory-bound softmax
-timed the same with and without it (within 0.4%). At most MAX_LEAD calls: a call of a few microseconds heats nothing.
-Where the power cap is on, 20 ms is too short: the power controller's state outlasts it, and the benchmark interleaves
-its contenders, so a timed call met the state its neighbour left. On 22 gpu1 the candidate took 1885-1893 us alone and
-1955-2007 interleaved with eager, whose 1014 us alone read 901-926; both met at one SM clock (BENCHMARKS.md seventeenth
-and eighteenth sessions). So where NVML reports the cap (or cannot be read), each lead-in is SETTLE_US instead (`settle`),
-longer than the controller takes to settle after a change of load; the same stage then gave 1897-1901 and 1020-1023,
-each contender's own (scripts/probes/power_state.py `stage_150`), and its intervals were tight after 21-62 rounds where
-the 20 ms lead-in needed 135-290 on 10 and 16. Settled, 10's bf16 GEMMs read 6-9% slower than by KernelBench's
-procedure, whose flush and host time between calls let the clock rise, eager as much as the candidate; the speedups
-agree (51 of 52 shapes). Right after each timed call the timer reads NVML's SM clock and whether
-the software power cap is lowering it (`last_clock`): the benchmark records their median and share per contender, and
-a reading of the cap is what turns `settle` on.
+`sustain`), so that the call meets the clocks of sustained load: under a board power limit a compute-bound kernel's
+SM clock falls within ~100-150 ms of back-to-back calls, and how far it falls depends on how busy the device was just
+before; a memory-bound kernel times the same with or without the lead-in. At most MAX_LEAD calls: a call of a few
+microseconds heats nothing. Where the power cap is on, SUSTAIN_US is too short: the power controller's state
+outlasts it, and the benchmark interleaves its contenders, so a timed call would meet the state its neighbour left
+and the contenders would be timed at one shared clock. So where NVML reports the cap (or cannot be read), each
+lead-in is SETTLE_US instead (`settle`), longer than the controller takes to settle after a change of load, and each
+contender is timed at its own sustained state. A procedure that idles the device between calls (KernelBench's flush
+and host time) lets a capped clock rise, so it reads such kernels faster, eager as much as the candidate, and the
+speedups still agree (docs/METHOD.md; measured: docs/LOG.md). Right after each timed call the timer reads NVML's SM
+clock and whether the software power cap is lowering it (`last_clock`): the benchmark records their median and share
+per contender, and a reading of the cap is what turns `settle` on.
 """
 
 from __future__ import annotations
@@ -56,7 +49,7 @@ _elapsed = torch.cuda.Event.elapsed_time
 _current_stream = torch.cuda.current_stream
 _sleep = torch.cuda._sleep
 
-COVER_US = 300.0  # device time queued ahead of the start event: above the harness's launch path (100-150 us measured)
+COVER_US = 300.0  # device time queued ahead of the start event: above the harness's launch path (docs/LOG.md)
 BACK_TO_BACK = 20  # calls per host-time measurement (back_to_back_us)
 SUSTAIN_US = 20_000.0  # device time of the untimed calls queued before each timed call (module doc)
 MAX_LEAD = 256  # ... at most this many calls (module doc)

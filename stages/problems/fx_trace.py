@@ -2,9 +2,9 @@
 
 `torch.fx.symbolic_trace` (and make_fx, built on the same Tracer) replaces `torch.nn.Module.__call__` and
 `__getattr__` on the class, for the whole process, while it traces. Any other thread that calls a module in that
-window enters the tracer instead: the CI run of session 15's stop failed that way, an inline verify's reference
-call raising "module is not installed as a submodule" while a proposal traced the problem in another thread
-(flows/search/agents.py proposes concurrently). Two traces that overlap also restore each other's patches in the
+window enters the tracer instead: an inline verify's reference call then raises "module is not installed as a
+submodule" while a proposal traces the problem in another thread (flows/search/agents.py proposes concurrently;
+docs/LOG.md). Two traces that overlap also restore each other's patches in the
 wrong order, which can leave the tracer's wrapper installed for good.
 
 So every trace holds LOCK, and so does every inline stage that runs model code (stages/executors/run.py). Stages in a

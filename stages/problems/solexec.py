@@ -27,6 +27,7 @@ import keyword
 import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -369,12 +370,32 @@ def render(where: str, definition: dict, lines: list[dict], workload_where: str)
         workloads.append(dict(uuid=str(line.get("uuid", "")), line=line["_line"], axes=dict(given), inputs=line_kinds,
                               small=max(sizes) <= CPU_MAX_ELEMENTS))
     tolerance = (min(a for a, _ in tolerances), min(r for _, r in tolerances)) if declared else None
-    return _module(name, definition, axes, inputs, outputs, scalars, tensors, entrypoint, workloads, tolerance, where)
+    return _module(_Checked(name, definition, axes, inputs, outputs, scalars, tensors, entrypoint, workloads,
+                            tolerance, where))
 
 
-def _module(name: str, definition: dict, axes: _Axes, inputs: dict, outputs: dict, scalars: list[str],
-            tensors: list[str], entrypoint: str | None, workloads: list[dict], tolerance: tuple[float, float] | None,
-            where: str) -> str:
+@dataclass(frozen=True)
+class _Checked:
+    """A definition and its workloads, checked: what its module is written from."""
+
+    name: str
+    definition: dict
+    axes: _Axes
+    inputs: dict  # name -> (shape axes or None for a scalar, dtype)
+    outputs: dict
+    scalars: list[str]  # inputs passed to the constructor
+    tensors: list[str]  # inputs passed to forward
+    entrypoint: str | None  # custom_inputs_entrypoint
+    workloads: list[dict]
+    tolerance: tuple[float, float] | None
+    where: str  # the definition.json
+
+
+def _module(checked: _Checked) -> str:
+    name, definition, axes, inputs, outputs = (checked.name, checked.definition, checked.axes, checked.inputs,
+                                               checked.outputs)
+    scalars, tensors, entrypoint, workloads = checked.scalars, checked.tensors, checked.entrypoint, checked.workloads
+    tolerance, where = checked.tolerance, checked.where
     first = workloads[0]
     described = (definition.get("description") or "").strip()
     signature = lambda names: ", ".join(["self", *names])  # noqa: E731

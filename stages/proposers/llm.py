@@ -25,9 +25,9 @@ from kernelflow.stages.llm.prompts import messages
 
 
 def _ask(chat: list[dict[str, str]], purpose: str, settings: LLMSettings, budget: LLMBudget,
-         calls: list[LLMCall]) -> tuple[str, str | None]:
+         calls: list[LLMCall], key: str | None) -> tuple[str, str | None]:
     try:
-        reply = complete(chat, settings, purpose, budget)
+        reply = complete(chat, settings, purpose, budget, secret=key)
     except LLMError as e:
         if e.call is not None:
             calls.append(e.call)
@@ -39,16 +39,17 @@ def _ask(chat: list[dict[str, str]], purpose: str, settings: LLMSettings, budget
 def _converse(req: GenerateRequest, backend: Backend, settings: LLMSettings, budget: LLMBudget,
               calls: list[LLMCall]) -> tuple[str, str, str | None, str]:
     """(purpose, reply text, finish reason, hash of the prompts) for the request's path."""
+    key = req.api_key.get_secret_value() if req.api_key is not None else None
     if req.parent is not None and req.parent_failure is not None:
         chat = messages("debug_diagnose", req, backend)
-        diagnosis, _ = _ask(chat, "debug_diagnose", settings, budget, calls)
+        diagnosis, _ = _ask(chat, "debug_diagnose", settings, budget, calls, key)
         chat = messages("debug_patch", req, backend, history=chat[1:] + [{"role": "assistant", "content": diagnosis}],
                         diagnosis=diagnosis)
         purpose = "debug_patch"
     else:
         purpose = "optimize" if req.parent is not None else "init"
         chat = messages(purpose, req, backend)
-    text, finish = _ask(chat, purpose, settings, budget, calls)
+    text, finish = _ask(chat, purpose, settings, budget, calls, key)
     return purpose, text, finish, sha256_text("\n".join(m["content"] for m in chat))
 
 

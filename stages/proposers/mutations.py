@@ -1,4 +1,4 @@
-"""Mutations of the builtin proposer (issue 4): a micro-profiling tool's structured action, applied to a parent's
+"""Mutations of the builtin proposer: a micro-profiling tool's structured action, applied to a parent's
 template parameters, gives the parameter sets to try next; `explore` gives plain neighbours when no action applies.
 
 Rules are keyed on parameter names, not on families, so a family gets every move its parameters allow:
@@ -88,8 +88,8 @@ _NOT_PARAMETERS = {
 
 def apply(action: Action, params: Params) -> list[Params]:
     """The parameter sets `action` suggests for a parent with `params`, nearest first; when the action names a
-    kernel (refine's params["kernel"]) with parameters of its own, the sets that move those come first (01 gpu2's
-    low occupancy was in the looped kernel, and num_warps x2 or max_block_d /2 would not have changed it)."""
+    kernel (refine's params["kernel"]) with parameters of its own, the sets that move those come first (low
+    occupancy in a rowwise looped kernel is not changed by num_warps x2 or max_block_d /2)."""
     rule = RULES.get(action.kind)
     moves = rule(params, action) if rule else []
     kernel = str(action.params.get("kernel", ""))

@@ -1,11 +1,10 @@
 """The launch every template's forward makes: `_kf_launch(kernel, grid, *args, **meta)`, copied into each candidate.
 
 It does what `kernel[grid](*args, **meta)` does with less of the host's time. The JIT binds the arguments,
-specializes, builds a cache key and looks the kernel up on every launch. On the H200's host (2026-12-01,
-scripts/launch_path.py, BENCHMARKS.md fourteenth session) one launch of a 3-argument kernel right after a device
-sync took 33.4 us through the JIT, 15.2 through this function and 7.5 through the launcher alone (warm: 22.9, 11.3,
-5.6). A host path longer than KernelBench's L2 flush is timed by its procedure (issue 8 part 5). Eager's first
-launch is one ATen call, and a model's host time adds up launch by launch.
+specializes, builds a cache key and looks the kernel up on every launch; this function takes the JIT once per key
+and then calls the compiled kernel's launcher, about half the JIT's host time a launch (measured: docs/LOG.md). A host
+path longer than KernelBench's L2 flush is timed by its procedure. Eager's first launch is one ATen call, and a
+model's host time adds up launch by launch.
 
 The first launch of each key goes through the JIT, which compiles and launches. The CompiledKernel it returns is
 kept under a key at least as fine as what Triton specializes on:
@@ -20,9 +19,8 @@ JIT passes them, so a profiler's hooks still see each launch. stages/harness/lau
 place as the JIT's, CompiledKernel.run, so the harness's launch census and ghost replay see them.
 
 The forward's own integer helpers, `_kf_pow2` and `_kf_cdiv`, replace triton.next_power_of_2 and triton.cdiv,
-which cost the H200's host 3.5-6 and 2-4 us a call in KernelBench's sequence (scripts/probes/forward_lines.py;
-0.6 and 0.5 us for the helpers). The templates allocate with `X.new_empty(shape, dtype=...)` (4.5 us there, 5.6
-for `torch.empty` with a device argument).
+which cost the host several times as much a call. The templates allocate with `X.new_empty(shape, dtype=...)`,
+cheaper than `torch.empty` with a device argument (measured: docs/LOG.md).
 
 While an export records a forward (kernelflow/export_replay.py), `_kf_recording` is a list, and each launch
 appends its compiled kernel, grid, arguments and trailing parameter values (None for a launch that is not kept).
@@ -30,7 +28,7 @@ appends its compiled kernel, grid, arguments and trailing parameter values (None
 Three cases always take the JIT: CPU and meta tensors (Triton's interpreter, and the compile stage's capture), a
 torch.compile trace (dynamo traces `kernel[grid]`, not this cache), and arguments of other types than tensors,
 numbers, strings and None. The grid is a tuple of one to three ints, as the templates write it. At most _KF_CAP keys
-are kept; past that the cache starts over. tests/test_launch.py checks the key against Triton's own specialization,
+are kept; past that the cache starts over. tests/stages/templates/test_launch.py checks the key against Triton's own specialization,
 and on a GPU the outputs, the census and the hooks (tests/fixtures/lean_launch_check.py).
 """
 

@@ -8,8 +8,8 @@ exp(A - max(A)) is carried in its max's pass (online softmax: per-lane running m
 and a sum of (A - mean(A))^2 in its mean's (per-lane Welford), so a softmax or a layernorm reads its row twice, not
 three times. With `min_tile`,
 narrow rows (BLOCK_D < min_tile) go to `rows`: min_tile // BLOCK_D rows per program as one 2-D tile, reduced
-along its columns, so a program has as much work as a wide row's (one program per 1024-wide row left eager's
-multi-row kernels 6-13% ahead on the H200: BENCHMARKS.md, 01/02 gpu1).
+along its columns, so a program has as much work as a wide row's (with one program per narrow row, eager's
+multi-row kernels are ahead: docs/LOG.md).
 With `split_below`, few long rows (fewer than split_below, D > max_block_d) of a splittable program (a row
 output from sums, maxima or minima of the row) run in two stages: `partial` reduces column chunks of each row
 into a float32 buffer, `combine` reduces each row's partials and stores.
@@ -29,17 +29,16 @@ from kernelflow.stages.templates.source import jit_source, module_source, store_
 
 WARPS = (8, 16, 4)
 # Rows up to 32768 stay resident, on enough warps that a thread holds at most PER_THREAD elements of a row value
-# (rows.resident_warps): a 28672-wide row on the H200 (15 gpu2, 2026-12-01) took 650 us resident on 32 warps, 707 on
-# 16 (64 a thread), 754-854 looped in 16384 chunks. 64 Ki registers an SM are 64 a thread at 1024 threads.
+# (rows.resident_warps): a row that long runs faster resident on 32 warps than on 16 (64 a thread) or looped
+# (measured: docs/LOG.md). 64 Ki registers an SM are 64 a thread at 1024 threads.
 MAX_BLOCKS = (32768, 4096)
 PER_THREAD = 32
-# The looped kernel in 16384 chunks on 16 warps against 8 (H200, 2026-12-01, docs/LOG.md): faster or level in 8 of
-# 9 cells of chunk 4096-16384 x problems 01, 03, 15 at their long rows (16384-chunk 03 gpu2 755 against 838 us, 01
-# gpu2 879 against 1021, 15 gpu2 854 against 952).
+# The looped kernel's default chunk and warps: on 16 warps it is faster than or level with 8 at chunks 4096-16384 on
+# long rows (measured: docs/LOG.md).
 LOOP_BLOCK_D, LOOP_WARPS = 16384, 16
 MIN_TILES = (4096,)
 # Split rows: fewer rows than SPLIT_BELOW, each longer than max_block_d, are cut into column chunks so that about
-# SPLIT_PROGRAMS programs run (64 rows of 8M on 132 SMs ran at 0.53x eager with one program per row).
+# SPLIT_PROGRAMS programs run (with one program per row, rows fewer than the SMs leave the rest idle: docs/LOG.md).
 SPLIT_BELOW, SPLIT_PROGRAMS = 256, 1024
 
 _MASKED = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")'}
@@ -188,8 +187,7 @@ def _welford_accumulate(s1: Line, s2: Line) -> tuple[list[str], list[str], list[
     """`_accumulate` for S1 = sum(A) with S2's per-lane Welford terms carried in its pass: each lane's mean of A and
     sum of squared deviations from it. A lane's count n is the number of chunks that reach it, the same for every
     live lane of a chunk, so an update multiplies by one reciprocal per chunk, and S1 is sum(n * mean): two arrays
-    carried, not four (with four, BLOCK_D 16384 on 8 warps spilled 880 bytes a thread on sm_90 and 03 gpu2 ran at
-    0.55x torch.compile)."""
+    carried, not four (with four, BLOCK_D 16384 on 8 warps spills 880 bytes a thread on sm_90: docs/LOG.md)."""
     a, mu, m2, delta, inv, n = (f"{x}_{s2.name}" for x in ("w", "mu", "m2", "delta", "inv", "n"))
     return ([f"{x} = tl.zeros([BLOCK_D], dtype=tl.float32)" for x in (mu, m2)],
             [f"{a} = tl.where(mask, {s1.deps[0]}, 0.0)", f"{inv} = 1.0 / (start // BLOCK_D + 1)",

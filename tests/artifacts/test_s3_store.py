@@ -21,7 +21,7 @@ from kernelflow.artifacts.s3 import S3Remote
 from kernelflow.artifacts.store import Store
 from tests.s3_fixtures import candidate, checked, keys
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_runs_tables_and_blobs_land_on_s3_and_read_back_into_an_empty_copy(s3, tmp_path):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from kernelflow.artifacts import tables
-from kernelflow.artifacts.blobs import put_bytes
+from kernelflow.artifacts.blobs import keep_files, put_bytes
 from kernelflow.artifacts.store import Store
 from kernelflow.stages.contracts import Candidate, Origin, Provenance, Timing, VerifyResult
 
@@ -71,3 +71,20 @@ def test_parts_of_different_code_versions_keep_their_columns(tmp_path: Path):
     tables.append(tmp_path, "t", "b", [New(x=2, y="n")])
     frame = tables.read(tmp_path, "t")
     assert list(frame.x) == [1, 2] and frame.y.isna().tolist() == [True, False] and list(frame.run_id) == ["a", "b"]
+
+
+def test_a_stage_results_files_become_blobs_and_nothing_outside_its_work_dir_does(tmp_path: Path):
+    work, blobs = tmp_path / "work", tmp_path / "blobs"
+    (work / "binaries").mkdir(parents=True)
+    (work / "binaries" / "k.ptx").write_text(".target sm_90a")
+    (tmp_path / "secret.txt").write_text("not the stage's")
+    (work / "link.txt").symlink_to(tmp_path / "secret.txt")
+    made = VerifyResult(candidate_id="c", problem_id="p", status="ok", device="cpu", sizes=["cpu"], files={
+        "ptx:k": "binaries/k.ptx", "escape": "../secret.txt", "link": "link.txt", "gone": "never_written.txt"})
+    kept = keep_files(blobs, work, made)
+    assert set(kept.blobs) == {"ptx:k"} and kept.files == {}
+    assert (blobs / kept.blobs["ptx:k"][:2] / kept.blobs["ptx:k"]).read_text() == ".target sm_90a"
+    for what in ("escape (../secret.txt: outside the work dir)", "link (link.txt: outside the work dir)",
+                 "gone (never_written.txt: missing)"):
+        assert what in kept.message
+    assert "files" not in tables.row(kept)  # what the stage made is named by its blobs in the table, not by path

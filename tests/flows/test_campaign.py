@@ -20,7 +20,7 @@ from kernelflow.artifacts.campaigns import CampaignProblem, CampaignRecord, camp
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.tables import model_of
 from kernelflow.flows.regression import check
-from kernelflow.flows.suite import PROBLEMS, Entry, Settings, SuiteError, load_suite
+from kernelflow.flows.suite import PROBLEMS, Entry, SuiteError, load_suite
 from kernelflow.stages.contracts import (
     BenchmarkResult,
     Candidate,
@@ -31,7 +31,7 @@ from kernelflow.stages.contracts import (
     VerifyResult,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BROKEN = ROOT / "tests" / "fixtures" / "broken_problems" / "import_error.py"
 # regression_floor 0.9, a 90% band (the default 5% is for GPUs): on CPU, Triton's interpreter against eager's C++
 # on CI's 2 cores beside the other pytest worker, two campaigns apart moved 17's speedup over eager by 1.45x
@@ -62,23 +62,23 @@ def test_a_suite_reads_its_entries_and_refuses_what_it_cannot_do(tmp_path: Path)
     assert suite.problem_path(silu) == str(PROBLEMS / "09_silu.py") and suite.problem_path(broken) == str(BROKEN)
     assert suite.problem_path(chain) == str(PROBLEMS / "17_elementwise_chain.py")  # relative to the project
     assert [e.name for e in suite.problems] == ["09_silu", "broken", "17_elementwise_chain"]
-    kwargs = suite.optimize_kwargs(silu)
-    assert kwargs["budget"] == 1 and kwargs["profile"] is False and kwargs["executor"] == "inline"
-    assert kwargs["model"] == "m" and kwargs["llm_max_usd"] == 2 and "strategy" not in kwargs  # optimize's default
+    config = suite.config(silu)  # the top-level keys and `defaults` over RunConfig's own, the entry's over both
+    assert (config.budget, config.profile, config.executor, config.device) == (1, False, "inline", "cpu")
+    assert (config.llm.model, config.llm.max_usd, config.strategy) == ("m", 2, "greedy")
     every = {"budget": 3, "strategy": "ladder", "proposer": "builtin", "backend": "triton", "wall_time_s": 60.0,
              "gpu_seconds": 30.0, "sizes": "cpu", "baselines": ["eager"], "policy": {"allow_tf32": False}, "seed": 1,
-             "profile": True, "target_sol": 0.9}
-    assert set(every) == set(Settings.model_fields)  # each setting below reaches optimize under its own name
-    from kernelflow.flows.optimize import optimize
-
-    inspect.signature(optimize.fn).bind(**suite.optimize_kwargs(Entry(problem="09_silu", **every)), store="s",
-                                        warm_start_from="r")
+             "profile": True, "target_sol": 0.9, "llm": {"max_tokens": 7}}
+    entry = suite.config(Entry(problem="09_silu", **every))  # an entry's settings are RunConfig's fields
+    assert entry.model_dump(include=set(every) - {"llm"}) == {k: v for k, v in every.items() if k != "llm"}
+    assert (entry.llm.model, entry.llm.max_tokens, entry.device) == ("m", 7, "cpu")  # llm merged key by key
     refused = {
         "api_key": "llm: {model: m, api_key: sk-123}",
-        "unknown strategy": "defaults: {strategy: annealing}",
+        "Input should be 'greedy', 'mcts', 'ladder' or 'agents'": "defaults: {strategy: annealing}",
         "entries named twice": "  - {problem: 09_silu, proposer: builtin}",
         "exactly one of `problem` and `solexec`": "  - {problem: 09_silu, solexec: sol, name: sol}",
         "Extra inputs are not permitted": "budgets: 3",
+        "executor docker goes with an image": "  - {problem: 09_silu, name: boxed, executor: docker}",
+        "budget: set both at the top of the suite and in `defaults`": "budget: 2",
     }
     for why, line in refused.items():
         with pytest.raises(SuiteError, match=why):

@@ -3,7 +3,7 @@
 (a) the flow process SIGKILLed mid-campaign: a rerun with --resume evaluates what was unfinished, loses and
     repeats nothing;
 (b) the store unreachable: spooled, then retried and nothing lost (the store-level parts are in
-    tests/test_s3_store.py; here the parts it lacks);
+    tests/artifacts/test_s3_store.py; here the parts it lacks);
 (c) LLM 429/5xx storms: backoff that honours Retry-After, bounded by attempts, the call's wall-clock limit and the
     token budget, with a clear error;
 (d) a candidate that kills its own stage process (as a poisoned CUDA context does): a crash row with its log, and
@@ -29,6 +29,7 @@ import pytest
 import torch
 
 from kernelflow.artifacts.store import Store
+from kernelflow.flows.config import RunConfig
 from kernelflow.stages import generate
 from kernelflow.stages.contracts import Candidate, GenerateRequest, GenerateResult, Origin, ProfileRequest
 from kernelflow.stages.executors.sandbox import descendants
@@ -40,7 +41,7 @@ from tests.prefect_server import prefect_server
 from tests.s3_fixtures import candidate as s3_candidate
 from tests.s3_fixtures import checked, keys
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SILU = str(ROOT / "problems" / "09_silu.py")
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the lead runs it on the H200)")
 
@@ -103,7 +104,7 @@ def test_a_sigkilled_run_resumes_from_its_artifacts_nothing_lost_or_evaluated_tw
     candidate is under way, then `--resume RUN_ID`. Candidates that finished before the kill keep their rows and are
     not evaluated again; the one that was under way is evaluated again from the start (docs/ARCHITECTURE.md:
     "evaluates first the candidates that never finished"), so it alone may have two compile/verify rows, and one
-    benchmark; the run completes its budget. tests/test_resume.py covers an in-process exception and mcts state."""
+    benchmark; the run completes its budget. tests/flows/test_resume.py covers an in-process exception and mcts state."""
     home = tmp_path / "prefect"
     home.mkdir()
     with prefect_server(home) as (_, env):  # outlives the killed flow process, as a deployed server does
@@ -161,7 +162,7 @@ def run_killed_then_resumed(tmp_path: Path, env: dict[str, str]) -> None:
 
 def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
         prefect_harness, s3, proxy, tmp_path: Path, monkeypatch) -> None:
-    """tests/test_s3_store.py covers the store alone: an unreachable S3 spools with a warning, a flush later
+    """tests/artifacts/test_s3_store.py covers the store alone: an unreachable S3 spools with a warning, a flush later
     uploads each file once, a spool left by an earlier process goes up with `kernelflow flush`, transient 5xx are
     retried. Missing there: a whole optimize run while S3 is down (the run must finish, not fail or hang), and
     the same Mirror retrying by itself on a later write once its cool-down is over (no flush called)."""
@@ -169,7 +170,7 @@ def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
         MirrorWarning,  # boto3 underneath: imported here, for machines without it
     )
     from kernelflow.artifacts.s3 import S3Remote
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     bucket, s3_client = s3
     url = f"s3://{bucket}/nightly"
@@ -177,7 +178,7 @@ def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
     monkeypatch.setenv("KERNELFLOW_STORE_LOCAL", str(tmp_path / "worker"))
     proxy.stop()
     with pytest.warns(MirrorWarning, match="not uploaded"):
-        summary = optimize(SILU, budget=1, store=url, device="cpu", executor="inline", profile=False)
+        summary = optimize(SILU, RunConfig(budget=1, store=url, device="cpu", executor="inline", profile=False))
     assert summary["stop_reason"] == "candidate budget of 1 spent" and keys(s3_client, bucket) == []
     spooled = list((tmp_path / "worker" / "spool").glob("[0-9]*"))
     assert spooled, "nothing was spooled while S3 was down"
@@ -277,7 +278,7 @@ def test_c_an_endless_storm_gives_up_at_the_calls_wall_clock_limit(clock: list[f
 def test_c_a_retry_after_beyond_the_limit_fails_at_once_and_a_long_one_is_not_cut(clock: list[float]) -> None:
     """Before the fix every wait was capped at max_backoff_s, so a server asking for an hour was asked again
     after a minute (and again, until the attempts ran out). The token budget stopping a storm between attempts:
-    tests/test_llm_client.py::test_budget_spent_during_waits_stops_retries."""
+    tests/stages/llm/test_llm_client.py::test_budget_spent_during_waits_stops_retries."""
     settings = LLMSettings(model="m", max_backoff_s=60.0, max_call_s=600.0)
     with FakeOpenAI([Scripted(status=429, headers={"Retry-After": "3600"})] * 6) as server, \
             pytest.raises(LLMError) as err:
@@ -327,12 +328,12 @@ ABORT = "__import__('os').abort()  # SIGABRT, as CUDA's fatal-error paths do"
 
 def run_scripted(monkeypatch, tmp_path: Path, sources: list[tuple[str, str]], device: str = "cpu",
                  **kw) -> tuple[Store, str]:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
     from kernelflow.stages.proposers import PROPOSERS
 
     monkeypatch.setitem(PROPOSERS, "scripted", scripted(sources))
-    summary = optimize(SILU, budget=len(sources), store=str(tmp_path / "store"), device=device, proposer="scripted",
-                       executor="subprocess", **kw)
+    summary = optimize(SILU, RunConfig(budget=len(sources), store=str(tmp_path / "store"), device=device,
+                                       proposer="scripted", executor="subprocess", **kw))
     assert summary["stop_reason"] == f"candidate budget of {len(sources)} spent", summary
     return Store(tmp_path / "store"), summary["run_id"]
 
@@ -440,13 +441,13 @@ def test_e_ncu_dying_by_sigsegv_gives_no_counters_and_says_why(tmp_path: Path, m
     monkeypatch.setenv("PATH", f"{crashing_ncu(tmp_path, where).parent}{os.pathsep}{os.environ['PATH']}")
     problem = load_problem(SILU)
     (source,) = honest_silu(1)
-    req = ProfileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=problem,
+    req = ProfileRequest(workdir=str(tmp_path / "w"), problem=problem,
                          candidate=Candidate.make(problem.id, "triton", source, Origin(kind="user", proposer="t")),
                          device="cuda")
     counters = ncu_stage.collect_counters(req, timeout_s=60)
     assert counters.kernels == [] and counters.reason.startswith(reason), counters.reason
-    assert counters.version == "2025.3.1.0 (build fake)" and "ncu_log" in counters.blobs
-    log = (tmp_path / "b" / counters.blobs["ncu_log"][:2] / counters.blobs["ncu_log"]).read_text(errors="replace")
+    assert counters.version == "2025.3.1.0 (build fake)" and "ncu_log" in counters.files
+    log = (tmp_path / "w" / counters.files["ncu_log"]).read_text(errors="replace")
     assert "exit -11" in log if where == "profile" else "kernelflow-ncu-driver: done" in log
 
 
@@ -476,10 +477,10 @@ def test_e_a_profile_stage_that_dies_is_a_failure_row_and_the_search_goes_on(pre
 def test_e_gpu_ncu_crashing_in_a_run_leaves_rows_without_counters_and_the_run_goes_on(prefect_harness,
                                                                                      tmp_path: Path,
                                                                                      monkeypatch) -> None:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     monkeypatch.setenv("KERNELFLOW_NCU", str(crashing_ncu(tmp_path, "profile")))
-    summary = optimize(SILU, budget=2, store=str(tmp_path / "store"), device="cuda", executor="subprocess")
+    summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path / "store"), device="cuda", executor="subprocess"))
     store = Store(tmp_path / "store")
     run_id = summary["run_id"]
     profiles = store.read("profiles", run_id)

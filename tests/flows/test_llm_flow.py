@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 from fake_openai import FakeOpenAI, Scripted
 
-ROOT = Path(__file__).resolve().parents[1]
+from kernelflow.flows.config import LLMLimits, RunConfig
+
+ROOT = Path(__file__).resolve().parents[2]
 SILU = str(ROOT / "problems" / "09_silu.py")
 KEY = "sk-test-not-a-real-key-8c1f"
 
@@ -69,7 +71,7 @@ def _tables(store: Path) -> dict[str, pd.DataFrame]:
 
 
 def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     script = [Scripted(content=KERNEL), Scripted(content="`tl.sigmoidd` does not exist."), Scripted(content=FIX),
               Scripted(content=WRONG), Scripted(content="The + 0.01 changes every output."),
@@ -77,8 +79,7 @@ def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, t
     with FakeOpenAI(script) as server:
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, budget=4, store=str(tmp_path), device="cpu", proposer="llm", model="fake-model",
-                           profile=False)
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", profile=False, llm=LLMLimits(model="fake-model")))
     t = _tables(tmp_path)
     cands, calls = t["candidates"], t["llm_calls"]
     assert list(calls.purpose) == ["init", "debug_diagnose", "debug_patch", "optimize", "debug_diagnose",
@@ -96,7 +97,7 @@ def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, t
 
 
 def test_replies_without_code_and_failed_calls_are_recorded_and_stop_the_run(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
     from kernelflow.stages.llm import client
 
     script = [Scripted(content="I would use a fused kernel."), Scripted(content="```python\nimport torch\n",
@@ -107,20 +108,19 @@ def test_replies_without_code_and_failed_calls_are_recorded_and_stop_the_run(pre
         monkeypatch.setenv("KERNELFLOW_LLM_MAX_ATTEMPTS", "2")
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, budget=4, store=str(tmp_path), device="cpu", proposer="llm", model="fake-model")
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", llm=LLMLimits(model="fake-model")))
     t = _tables(tmp_path)
     assert "candidates" not in t and list(t["llm_calls"].status) == ["ok", "ok", "failed"]
     assert "server_error" in summary["stop_reason"] and summary["winner"] == "eager" and len(server.requests) == 4
 
 
 def test_the_token_budget_stops_the_run(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     with FakeOpenAI([Scripted(content=KERNEL, usage=(900, 300))]) as server:
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, budget=4, store=str(tmp_path), device="cpu", proposer="llm", model="fake-model",
-                           llm_max_tokens=1000)
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", llm=LLMLimits(model="fake-model", max_tokens=1000)))
     assert "token" in summary["stop_reason"] and len(server.requests) == 1
 
 
@@ -133,15 +133,37 @@ def test_stage_processes_get_no_secrets(monkeypatch, tmp_path: Path) -> None:
                  "PREFECT_API_KEY"):
         monkeypatch.setenv(name, KEY)
     monkeypatch.setenv("KERNELFLOW_CACHE", str(tmp_path))
-    env = stage_env(StageRequest(workdir=str(tmp_path), blob_dir=str(tmp_path / "blobs")))
+    env = stage_env(StageRequest(workdir=str(tmp_path)))
     assert KEY not in env.values() and env["KERNELFLOW_CACHE"] == str(tmp_path) and "PATH" in env
 
 
 def test_no_model_is_a_clear_stop_not_a_crash(prefect_harness, tmp_path: Path, monkeypatch) -> None:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     monkeypatch.delenv("KERNELFLOW_LLM_MODEL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    summary = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", proposer="llm", profile=False)
+    summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", proposer="llm", profile=False))
     assert "gave no candidate: LLM call failed (config): no model" in summary["stop_reason"]
     assert summary["winner"] == "eager"
+
+
+def test_the_flow_resolves_the_key_from_a_prefect_secret_and_hands_it_to_the_stage(prefect_harness, tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """No OPENAI_API_KEY: the flow reads the Prefect Secret block KERNELFLOW_LLM_SECRET_BLOCK names and passes the key
+    in the generate request, which never serializes it; the stage reads no Prefect."""
+    from prefect.blocks.system import Secret
+
+    from kernelflow.flows.optimize import optimize
+    from kernelflow.stages.contracts import GenerateRequest
+    from kernelflow.stages.problems.kernelbench import load_problem
+
+    Secret(value=KEY).save("kernelflow-test-llm-key", overwrite=True)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("KERNELFLOW_LLM_SECRET_BLOCK", "kernelflow-test-llm-key")
+    with FakeOpenAI([Scripted(content=KERNEL)]) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        optimize(SILU, RunConfig(budget=1, store=str(tmp_path), device="cpu", proposer="llm", profile=False,
+                                 baseline_profiles=False, llm=LLMLimits(model="fake-model")))
+    assert server.keys_seen == [KEY]
+    req = GenerateRequest(problem=load_problem(SILU), n=1, api_key=KEY)
+    assert KEY not in req.model_dump_json() and KEY not in repr(req)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 HISTORY = 200  # earlier runs in the store: 400 runs-table parts, so a whole-table scan shows up in the counts
 
 

@@ -7,11 +7,13 @@ from types import SimpleNamespace
 import pytest
 
 from kernelflow.flows import run as run_module
+from kernelflow.flows.config import RunConfig
 from kernelflow.flows.run import profile_promoted, weakest_workload
+from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROV = Provenance(device="cuda", device_name="NVIDIA H200", torch="2.11", python="3.12", hostname="h",
                   code_version="x", tf32=False)
 
@@ -50,10 +52,10 @@ def test_profile_promoted_asks_for_that_workload_on_a_gpu(monkeypatch: pytest.Mo
     asked = []
     monkeypatch.setattr(run_module, "should_profile", lambda *a: (True, "test"))
     monkeypatch.setattr(run_module, "structure", lambda *a: "s")
-    monkeypatch.setattr(run_module, "profile_and_refine", lambda run, req, mode, compiled: asked.append(req.workload))
-    run = SimpleNamespace(compiled={}, profiling=None, promoted_structures=[], problem=problem, device=device,
-                          flat_timing=timed(candidate.id, ("candidate", "gpu0", 1.0), ("eager", "gpu0", 2.0),
-                                            ("candidate", "gpu1", 3.0), ("eager", "gpu1", 2.0)),
-                          request_fields=lambda c, stage, t: dict(workdir="/tmp/w", blob_dir="/tmp/b", timeout_s=t))
-    profile_promoted(run, candidate, "inline", 60.0)
-    assert asked == [expected]  # on a CPU: the first GPU shape's analytic roofline, as before
+    monkeypatch.setattr(run_module, "refine", lambda *a: None)
+    state = SearchState(problem, RunConfig(device=device))
+    state.flat_timing = timed(candidate.id, ("candidate", "gpu0", 1.0), ("eager", "gpu0", 2.0),
+                              ("candidate", "gpu1", 3.0), ("eager", "gpu1", 2.0))
+    steps = SimpleNamespace(profile=lambda problem, subject, device, workload=None: asked.append(workload))
+    profile_promoted(SimpleNamespace(state=state, config=state.config, problem=problem, steps=steps), candidate)
+    assert asked == [expected]  # on a CPU: the first GPU shape's analytic roofline

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from kernelflow.artifacts.store import Store
+from kernelflow.flows.config import LLMLimits, RunConfig
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SILU = str(ROOT / "problems" / "09_silu.py")
 
 
@@ -31,11 +32,12 @@ def test_a_run_killed_mid_candidate_resumes_where_it_stopped(prefect_harness, tm
 
     monkeypatch.setattr(flow, "evaluate", dies_on_the_third)
     with pytest.raises(RuntimeError, match="killed"):
-        flow.main(SILU, budget=5, store=str(tmp_path), device="cpu", executor="inline", profile=False, strategy="mcts")
+        flow.optimize(SILU, RunConfig(budget=5, store=str(tmp_path), device="cpu", executor="inline", profile=False,
+                                      strategy="mcts"))
     monkeypatch.setattr(flow, "evaluate", real)
     run_id = Store(str(tmp_path)).runs().run_id.iloc[0]
-    summary = flow.main(SILU, budget=5, store=str(tmp_path), device="cpu", executor="inline", profile=False,
-                        resume=run_id, strategy="greedy")  # the run's own strategy (mcts) is kept
+    summary = flow.optimize(SILU, RunConfig(budget=5, store=str(tmp_path), device="cpu", executor="inline",
+                                            profile=False, strategy="greedy"), resume=run_id)  # the run's own strategy (mcts) is kept
     store = Store(str(tmp_path))
     cands, checks = store.read("candidates", run_id), store.read("verifications", run_id)
     assert summary["run_id"] == run_id and summary["stop_reason"] == "candidate budget of 5 spent"
@@ -49,28 +51,27 @@ def test_a_run_killed_mid_candidate_resumes_where_it_stopped(prefect_harness, tm
 def test_a_resumed_run_keeps_what_it_spent_of_its_budgets(prefect_harness, tmp_path: Path) -> None:
     """Device seconds and LLM tokens spent before the stop count against the same budgets after the resume: with
     exactly that much allowed, the resumed run evaluates nothing more (before, both started again from zero)."""
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
     from kernelflow.stages.contracts import LLMCall
 
-    first = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False)
+    first = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False))
     run_id, store = first["run_id"], Store(str(tmp_path))
     store.append("llm_calls", run_id, [LLMCall(call_id="c1", purpose="init", model="m", status="ok", tokens_in=700,
                                                tokens_out=300, started_at="2026-11-30T00:00:00+00:00")])
     spent = sum(float(store.read(t, run_id).duration_s.sum()) for t in ("verifications", "benchmarks"))
     assert spent > 0
-    for budgets, why in (({"gpu_s_budget": spent - 1e-6}, "device-time budget"),
-                         ({"llm_max_tokens": 1000}, "token budget")):
-        summary = optimize(SILU, budget=6, store=str(tmp_path), device="cpu", executor="inline", profile=False,
-                           resume=run_id, **budgets)
+    for budgets, why in (({"gpu_seconds": spent - 1e-6}, "device-time budget"),
+                         ({"llm": LLMLimits(max_tokens=1000)}, "token budget")):
+        summary = optimize(SILU, RunConfig(budget=6, store=str(tmp_path), device="cpu", executor="inline",
+                                           profile=False, **budgets), resume=run_id)
         assert why in summary["stop_reason"] and len(store.read("candidates", run_id)) == 2, summary
 
 
 def test_a_warm_start_evaluates_the_last_best_first(prefect_harness, tmp_path: Path) -> None:
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
-    first = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False)
-    second = optimize(SILU, budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False,
-                      warm_start=True, seed=7)
+    first = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False))
+    second = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False, warm_start=True, seed=7))
     cands = pd.read_parquet(tmp_path / "tables" / "candidates" / f"run_id={second['run_id']}")
     assert cands.id.iloc[0] == first["best_candidate_id"] and len(cands) == 2
 
@@ -83,8 +84,8 @@ def test_a_warm_start_outside_a_campaign_reads_the_problems_own_runs_however_man
     from kernelflow.flows.resume import last_best
     from kernelflow.stages.contracts import Candidate, Origin, RunRecord
     from kernelflow.stages.problems.kernelbench import load_problem
-    from tests.test_campaign import recording
-    from tests.test_problem_runs import parts_read
+    from tests.artifacts.test_problem_runs import parts_read
+    from tests.flows.test_campaign import recording
 
     problem, store = load_problem(SILU), Store(tmp_path)
 
@@ -137,38 +138,37 @@ def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harn
         return real(run, candidate)
 
     monkeypatch.setattr(flow, "evaluate", dies_on_the_second)
-    args = dict(budget=3, store=str(tmp_path), device="cpu", executor="inline", profile=False, run_id=run_id)
+    config = RunConfig(budget=3, store=str(tmp_path), device="cpu", executor="inline", profile=False)
     with pytest.raises(RuntimeError, match="killed"):
-        flow.main(SILU, **args)
+        flow.optimize(SILU, config, run_id=run_id)
     monkeypatch.setattr(flow, "evaluate", real)
     store = Store(str(tmp_path))
     assert list(store.runs().run_id) == [run_id] and store.runs().status.iloc[0] == "failed"
-    summary = flow.main(SILU, **args)  # the same parameters again
+    summary = flow.optimize(SILU, config, run_id=run_id)  # the same parameters again
     assert summary["run_id"] == run_id and summary["stop_reason"] == "candidate budget of 3 spent"
     cands, checks = store.read("candidates", run_id), store.read("verifications", run_id)
     assert list(store.runs().run_id) == [run_id] and store.runs().status.iloc[0] == "finished"
     assert len(cands) == 3 and cands.id.is_unique and list(cands.id[:2]) == calls
     assert calls[1] in set(checks.candidate_id) and len(store.read("problems", run_id)) == 1
     n_checks = len(checks)
-    again = flow.main(SILU, **args)  # a finished run named again: resumed, its budget already spent
+    again = flow.optimize(SILU, config, run_id=run_id)  # a finished run named again: resumed, its budget already spent
     assert again["run_id"] == run_id and again["best_candidate_id"] == summary["best_candidate_id"]
     assert len(store.read("candidates", run_id)) == 3 and len(store.read("verifications", run_id)) == n_checks
     assert list(store.runs().run_id) == [run_id] and len(store.read("problems", run_id)) == 1
     for bad in ("../elsewhere", "a/b", "", "-x", "x" * 201):  # ids become directory names
         with pytest.raises(KernelflowError, match="not a safe name"):
-            flow.main(SILU, **{**args, "run_id": bad})
+            flow.optimize(SILU, config, run_id=bad)
     with pytest.raises(KernelflowError, match="name different runs"):
-        flow.main(SILU, **{**args, "resume": "some-other-run"})
-    fresh = {k: v for k, v in args.items() if k != "run_id"}
+        flow.optimize(SILU, config, run_id=run_id, resume="some-other-run")
     with pytest.raises(KernelflowError, match="no run 'some-other-run' in store"):  # a mistyped id: no empty run
-        flow.main(SILU, **fresh, resume="some-other-run")
+        flow.optimize(SILU, config, resume="some-other-run")
     with pytest.raises(KernelflowError, match="not a safe name"):
-        flow.main(SILU, **fresh, resume="../elsewhere")
+        flow.optimize(SILU, config, resume="../elsewhere")
     softmax = str(ROOT / "problems" / "01_softmax.py")
     with pytest.raises(KernelflowError, match="is of problem 09_silu, not '01_softmax'"):  # nor two problems mixed
-        flow.main(softmax, **fresh, resume=run_id)
+        flow.optimize(softmax, config, resume=run_id)
     with pytest.raises(KernelflowError, match="is of problem 09_silu, not '01_softmax'"):  # named as run_id too
-        flow.main(softmax, **args)
+        flow.optimize(softmax, config, run_id=run_id)
     assert list(store.runs().run_id) == [run_id] and list(store.read("problems", run_id).id) == ["09_silu"]
 
 

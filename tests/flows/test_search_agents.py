@@ -1,32 +1,31 @@
 """The agents strategy (flows/search/agents.py): the guard's verdicts, turns and rests, the shared memory, REVERT,
-the plateau's redraft, STOP, its state as JSON; unit tests on a stand-in run (end to end:
-tests/test_flow.py)."""
+the plateau's redraft, STOP, its state as JSON; unit tests on a run's search state alone (end to end:
+tests/flows/test_flow.py)."""
 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
-from kernelflow.flows.search import STRATEGIES
+from kernelflow.flows.config import RunConfig
+from kernelflow.flows.search import strategy_class
 from kernelflow.flows.search.agents import Agent, Agents, Board, guard, roster
 from kernelflow.flows.search.protocol import Expansion
-from kernelflow.stages.contracts import Candidate, Failure, FailureKind, Origin, Policy
+from kernelflow.flows.state import SearchState
+from kernelflow.stages.contracts import Candidate, FailureKind, Origin, Policy
+from kernelflow.stages.problems.kernelbench import load_problem
 
 FOUR = ["fusion", "tiling_tensor_cores", "memory_layout", "library_configuration"]
 
 
-class FakeRun:
-    """What a strategy reads and writes of kernelflow.flows.run.Run, without Prefect or a store."""
+PROBLEM = load_problem(Path(__file__).resolve().parents[2] / "problems" / "09_silu.py")
 
-    def __init__(self, dtype: str = "float32", allow_tf32: bool = False):
-        self.problem = SimpleNamespace(dtype=dtype, policy=Policy(allow_tf32=allow_tf32))
-        self.proposer, self.seed = "builtin", 0
-        self.tried: list[str] = []
-        self.candidates: dict[str, Candidate] = {}
-        self.failures: dict[str, Failure] = {}
-        self.speedups: dict[str, float] = {}
-        self.lessons: list[str] = []
+
+def new_state(dtype: str = "float32", allow_tf32: bool = False) -> SearchState:
+    """A run's search state, with no store, Prefect or stage behind it: what a strategy reads and changes."""
+    problem = PROBLEM.model_copy(update={"dtype": dtype, "policy": Policy(allow_tf32=allow_tf32)})
+    return SearchState(problem, RunConfig(device="cpu"))
 
 
 def step(agents: Agents, run: Any, speedup: float | None = None, failed: FailureKind | None = None,
@@ -36,10 +35,9 @@ def step(agents: Agents, run: Any, speedup: float | None = None, failed: Failure
     who, parent = agents.board.pending or "", expansion.parent
     candidate = Candidate.make("p", "triton", f"# candidate {len(run.tried)}", Origin(
         kind="builtin", proposer=family, params={"i": len(run.tried)}), parent_id=parent.id if parent else None)
-    run.tried.append(candidate.id)
-    run.candidates[candidate.id] = candidate
+    run.consider(candidate)
     if failed is not None:
-        run.failures[candidate.id] = Failure(stage="compile", kind=failed, message="no")
+        run.reject(candidate.id, "compile", failed, "no")
     elif speedup is not None:
         run.speedups[candidate.id] = speedup
     agents.update(run, candidate, None if failed else speedup)
@@ -47,9 +45,9 @@ def step(agents: Agents, run: Any, speedup: float | None = None, failed: Failure
 
 
 def test_registered_and_roster():
-    assert STRATEGIES["agents"] is Agents and Agents.NAME == "agents"
-    assert roster(FakeRun().problem) == FOUR
-    assert roster(FakeRun("float16").problem)[-1] == roster(FakeRun(allow_tf32=True).problem)[-1] == "precision"
+    assert strategy_class("agents") is Agents and Agents.NAME == "agents"
+    assert roster(new_state().problem) == FOUR
+    assert roster(new_state("float16").problem)[-1] == roster(new_state(allow_tf32=True).problem)[-1] == "precision"
 
 
 def test_guard_verdicts():
@@ -66,7 +64,7 @@ def test_guard_verdicts():
 
 
 def test_round_robin_and_resting():
-    agents, run = Agents(revert_after=99, plateau=99), FakeRun()
+    agents, run = Agents(revert_after=99, plateau=99), new_state()
     turns = [step(agents, run, None if i % 4 == 0 else 1.0 + i / 100, "compile_error" if i % 4 == 0 else None)[2]
              for i in range(8)]
     assert turns == FOUR + FOUR  # fusion's two proposals gave nothing: it rests for its next 2 turns
@@ -77,7 +75,7 @@ def test_round_robin_and_resting():
 
 
 def test_shared_memory_holds_verified_conclusions_only_windowed():
-    agents, run = Agents(memory_size=3), FakeRun()
+    agents, run = Agents(memory_size=3), new_state()
     step(agents, run, 1.2)
     step(agents, run, failed="compile_error")
     assert agents.board.memory == ["fusion: rowwise {i: 0}: 1.20x eager (fresh start)"]
@@ -90,7 +88,7 @@ def test_shared_memory_holds_verified_conclusions_only_windowed():
 
 
 def test_an_agent_refines_its_lineage_and_revert_resets_it_to_the_global_best():
-    agents, run = Agents(revert_after=2, plateau=99), FakeRun()
+    agents, run = Agents(revert_after=2, plateau=99), new_state()
     _, own, _ = step(agents, run, 1.5)  # fusion
     _, best, _ = step(agents, run, 2.0)  # tiling: the global best
     step(agents, run, 1.0), step(agents, run, 1.0)
@@ -107,11 +105,11 @@ def test_an_agent_refines_its_lineage_and_revert_resets_it_to_the_global_best():
 
 
 def test_plateau_triggers_a_redraft_then_stop():
-    agents, run = Agents(plateau=2, revert_after=99), FakeRun()
+    agents, run = Agents(plateau=2, revert_after=99), new_state()
     for speedup in (1.5, 1.0, 1.0):
         step(agents, run, speedup)
     expansion, _, _ = step(agents, run, 1.0)
-    assert expansion.parent is None and expansion.seed not in (None, run.seed + 3) and agents.board.redrafted
+    assert expansion.parent is None and expansion.seed not in (None, run.config.seed + 3) and agents.board.redrafted
     assert run.lessons[0].startswith("Redraft") and agents.stop(run) is None
     while agents.stop(run) is None and len(run.tried) < 20:
         step(agents, run, 1.0)
@@ -119,7 +117,7 @@ def test_plateau_triggers_a_redraft_then_stop():
 
 
 def test_state_round_trips_through_json():
-    agents, run = Agents(plateau=3), FakeRun()
+    agents, run = Agents(plateau=3), new_state()
     for speedup, failed in ((1.2, None), (None, "mismatch"), (1.4, None), (1.1, None), (1.0, None)):
         step(agents, run, speedup, failed)
     restored = Agents.from_state(json.loads(json.dumps(agents.state())))

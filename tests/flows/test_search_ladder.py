@@ -10,11 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kernelflow.flows.config import RunConfig
 from kernelflow.flows.search.ladder import FLOOR, accept, band, prune, verdict
+from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SILU = ROOT / "problems" / "09_silu.py"
 PROV = Provenance(device="cpu", device_name="test", torch="x", python="3", hostname="h", code_version="t", tf32=False)
 
@@ -118,19 +120,20 @@ def test_a_close_call_within_the_floor_never_reaches_rung_3(monkeypatch):
     def benchmark_step(run, candidate, accepted, **kw):
         precise_calls.append(candidate.origin.proposer)
         assert kw["target_rel_ci"] == 0.005  # the precise call
-        run.gpu_s += 9.5
+        run.state.spend_device(9.5)
         return both(48.0, 0.002)  # x1.042 with a x1.030 band: accepted
 
     def verify_and_time(run, candidate, accepted):
-        run.gpu_s += 15.0
+        run.state.spend_device(15.0)
         return at_rung_2[candidate.origin.proposer]
 
     monkeypatch.setattr(ladder, "cheap", lambda run, candidate, inc: True)
     monkeypatch.setattr(ladder, "verify_and_time", verify_and_time)
     monkeypatch.setattr(ladder, "benchmark_step", benchmark_step)
     rows: list = []
-    run = SimpleNamespace(id="r", problem=SimpleNamespace(id="09_silu"), best=(2.0, inc_candidate), gpu_s=0.0,
-                          failures={}, store=SimpleNamespace(append=lambda table, run_id, new: rows.extend(new)))
+    state = SearchState(load_problem(SILU), RunConfig(device="cpu"))
+    state.crown(inc_candidate, 2.0)
+    run = SimpleNamespace(id="r", problem=state.problem, state=state, recorder=SimpleNamespace(rung=rows.append))
     strategy = ladder.Ladder()
     strategy.timed[inc_candidate.id] = incumbent
     for name in ("within", "noisy"):
@@ -150,7 +153,7 @@ def user(kernel_launches: int, parent_id: str | None = None) -> Candidate:
 
 def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
     """The builtin proposer's candidates, and for the second proposal a deliberately slow child of the incumbent."""
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
     from kernelflow.stages import generate
     from kernelflow.stages.contracts import GenerateResult
 
@@ -162,8 +165,8 @@ def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
         return GenerateResult(problem_id=req.problem.id, proposer="user", candidates=[slow])
 
     monkeypatch.setattr(generate, "run", with_a_slow_one)
-    summary = optimize(str(SILU), budget=4, store=str(tmp_path), device="cpu", executor="inline", profile=False,
-                       strategy="ladder")
+    summary = optimize(str(SILU), RunConfig(budget=4, store=str(tmp_path), device="cpu", executor="inline",
+                                            profile=False, strategy="ladder"))
     assert summary["stop_reason"] == "candidate budget of 4 spent" and summary["best_candidate_id"]
     cands, rungs, runs = (pd.read_parquet(tmp_path / "tables" / t) for t in ("candidates", "rungs", "runs"))
     assert set(rungs.candidate_id) == set(cands.id) and len(cands) == 4 and (rungs.rung == 0).sum() == 4
@@ -191,9 +194,8 @@ def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_pat
 
     from kernelflow.artifacts.leaderboard import leaderboard
     from kernelflow.artifacts.store import Store
-    from kernelflow.flows.run import Run
+    from kernelflow.flows.run import Run, open_run
     from kernelflow.flows.search.ladder import Ladder
-    from kernelflow.stages.measure.profiling_policy import ProfilingPolicy
 
     problem = load_problem(SILU)
     fast, slow = user(1), user(100)
@@ -202,12 +204,13 @@ def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_pat
 
     @flow
     def ladder() -> Run:
-        run = Run(problem, Store(tmp_path), "cpu", "cpu", 3, "builtin", ProfilingPolicy(enabled=False), mode="inline")
+        run = open_run(problem, RunConfig(budget=3, device="cpu", executor="inline", profile=False), Store(tmp_path),
+                       "ladder-run")
         strategy = Ladder()
         for candidate in (fast, slow, wrong):
-            run.candidates[candidate.id] = candidate
+            run.state.consider(candidate)
             if (speedup := strategy.evaluate(run, candidate, lambda c: None)) is not None:
-                run.best = (speedup, candidate)
+                run.state.crown(candidate, speedup)
         return run
 
     run = ladder()
@@ -218,8 +221,9 @@ def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_pat
     # the gate's trial ran in rung 1's benchmark call, and stopped it before anything was timed
     [call] = [b for b in pd.read_parquet(tmp_path / "tables" / "benchmarks").itertuples() if b.candidate_id == wrong.id]
     assert (call.status, call.failure_kind) == ("failed", "mismatch") and call.message.startswith("precheck: ")
-    assert run.failures[wrong.id].kind == "mismatch"
-    assert run.best is not None and run.best[1].id == fast.id and run.gpu_s == pytest.approx(rungs.device_s.sum())
+    assert run.state.failures[wrong.id].kind == "mismatch"
+    assert run.state.best is not None and run.state.best[1].id == fast.id
+    assert run.state.gpu_s == pytest.approx(rungs.device_s.sum())
     board = leaderboard(Store(tmp_path), run.id).set_index("candidate_id")
     assert board.loc[slow.id, "status"] == "pruned" and "cannot beat it" in board.loc[slow.id, "reason"]
     assert board.loc[fast.id, "status"] == "verified"

@@ -1,30 +1,28 @@
 """The mcts strategy (flows/search/mcts.py): UCT, progressive widening, asymmetric branching, pruning, root
-re-expansion on stagnation, lessons and its state as JSON; unit tests on a stand-in run (end to end:
-tests/test_flow.py)."""
+re-expansion on stagnation, lessons and its state as JSON; unit tests on a run's search state alone (end to end:
+tests/flows/test_flow.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from pathlib import Path
+from typing import Any, get_args
 
-from kernelflow.flows.search import STRATEGIES
+from kernelflow.flows.config import RunConfig, StrategyName
+from kernelflow.flows.search import STRATEGIES, strategy_class
 from kernelflow.flows.search.mcts import LESSONS, ROOT, Mcts, Tree
 from kernelflow.flows.search.protocol import Expansion
-from kernelflow.stages.contracts import Candidate, Failure, FailureKind, Origin
+from kernelflow.flows.state import SearchState
+from kernelflow.stages.contracts import Candidate, FailureKind, Origin
+from kernelflow.stages.problems.kernelbench import load_problem
+
+PROBLEM = load_problem(Path(__file__).resolve().parents[2] / "problems" / "09_silu.py")
 
 
-class FakeRun:
-    """What a strategy reads and writes of kernelflow.flows.run.Run, without Prefect or a store."""
-
-    def __init__(self, proposer: str = "builtin"):
-        self.proposer = proposer
-        self.tried: list[str] = []
-        self.candidates: dict[str, Candidate] = {}
-        self.failures: dict[str, Failure] = {}
-        self.speedups: dict[str, float] = {}
-        self.lessons: list[str] = []
-        self.best: tuple[float, Candidate] | None = None
+def new_state(proposer: str = "builtin") -> SearchState:
+    """A run's search state, with no store, Prefect or stage behind it: what a strategy reads and changes."""
+    return SearchState(PROBLEM, RunConfig(proposer=proposer, device="cpu"))
 
 
 def step(mcts: Mcts, run: Any, speedup: float | None = None, failed: FailureKind | None = None,
@@ -34,10 +32,9 @@ def step(mcts: Mcts, run: Any, speedup: float | None = None, failed: FailureKind
     parent = expansion.parent
     candidate = Candidate.make("p", "triton", f"# candidate {len(run.tried)}", Origin(
         kind="builtin", proposer=family, params=params or {"i": len(run.tried)}), parent_id=parent.id if parent else None)
-    run.tried.append(candidate.id)
-    run.candidates[candidate.id] = candidate
+    run.consider(candidate)
     if failed is not None:
-        run.failures[candidate.id] = Failure(stage="verify", kind=failed, message="outside tolerance")
+        run.reject(candidate.id, "verify", failed, "outside tolerance")
     elif speedup is not None:
         run.speedups[candidate.id] = speedup
     mcts.update(run, candidate, None if failed else speedup)
@@ -45,7 +42,8 @@ def step(mcts: Mcts, run: Any, speedup: float | None = None, failed: FailureKind
 
 
 def test_registered():
-    assert STRATEGIES["mcts"] is Mcts and Mcts.NAME == "mcts"
+    assert strategy_class("mcts") is Mcts and Mcts.NAME == "mcts"
+    assert set(STRATEGIES) == set(get_args(StrategyName))  # every name a run may ask for has a strategy
 
 
 def test_uct_prefers_the_higher_mean_at_equal_visits():
@@ -72,7 +70,7 @@ def test_rewards_are_log_speedups_normalized_by_the_bounds_seen():
 
 
 def test_progressive_widening_limits_children():
-    mcts, run = Mcts(), FakeRun()
+    mcts, run = Mcts(), new_state()
     first, a = step(mcts, run, 1.2)
     refine, _ = step(mcts, run, 1.3)  # the root has its ceil(1 * 1^0.5) = 1 child: descend to it
     fresh, _ = step(mcts, run, 1.1)  # two evaluations: the root may have 2 children
@@ -82,19 +80,19 @@ def test_progressive_widening_limits_children():
 
 
 def test_a_failed_node_gets_one_repair_child_and_only_when_repairable():
-    mcts, run = Mcts(k=0.5), FakeRun()  # narrow: the root keeps one child for a while
+    mcts, run = Mcts(k=0.5), new_state()  # narrow: the root keeps one child for a while
     _, broken = step(mcts, run, failed="mismatch")  # the builtin repairs a mismatch
     repair, fixed = step(mcts, run, 1.2)
     after, _ = step(mcts, run, 1.3)
     assert repair.parent == broken and repair.failure is not None and repair.failure.kind == "mismatch"
     assert after.parent == fixed and after.failure is None  # the failed node's one child taken: descend past it
-    mcts, run = Mcts(), FakeRun()
+    mcts, run = Mcts(), new_state()
     step(mcts, run, failed="compile_error")  # the builtin does not repair this: a dead end
     assert step(mcts, run, 1.1)[0] == Expansion() and len(mcts.tree.pruned) == 1
 
 
 def test_dead_ends_are_pruned_up_the_tree_and_skipped():
-    mcts, run = Mcts(), FakeRun()
+    mcts, run = Mcts(), new_state()
     _, broken = step(mcts, run, failed="mismatch")
     _, again = step(mcts, run, failed="mismatch")  # MAX_REPAIRS failures in a row: no further repair
     assert mcts.tree.pruned == [again.id, broken.id]  # its only child dead, the repaired node is dead too
@@ -107,7 +105,7 @@ def test_dead_ends_are_pruned_up_the_tree_and_skipped():
 
 
 def test_stagnation_reexpands_the_root_and_resets():
-    mcts, run = Mcts(k=0.25), FakeRun()  # narrow: the root keeps one child for 16 evaluations
+    mcts, run = Mcts(k=0.25), new_state()  # narrow: the root keeps one child for 16 evaluations
     parents = [step(mcts, run, s)[0].parent for s in (1.5, 1.2, 1.1, 1.0, 1.3)]
     assert parents[0] is None and all(p is not None for p in parents[1:])  # a chain under the first
     stale_then, _ = step(mcts, run, 1.2)  # 4 evaluations without a better speedup: a fresh proposal
@@ -116,7 +114,7 @@ def test_stagnation_reexpands_the_root_and_resets():
 
 
 def test_lessons_are_distilled_from_verified_results_and_windowed():
-    mcts, run = Mcts(), FakeRun()
+    mcts, run = Mcts(), new_state()
     step(mcts, run, 1.18, params={"BLOCK": 1024, "num_warps": 8})
     step(mcts, run, 1.25, params={"BLOCK": 1024, "num_warps": 16})
     assert run.lessons == ["rowwise {BLOCK: 1024, num_warps: 8}: 1.18x eager (fresh start)",
@@ -130,7 +128,7 @@ def test_lessons_are_distilled_from_verified_results_and_windowed():
 
 
 def test_state_round_trips_through_json():
-    mcts, run = Mcts(c=1.0, stagnation=3), FakeRun()
+    mcts, run = Mcts(c=1.0, stagnation=3), new_state()
     for speedup, failed in ((1.2, None), (None, "mismatch"), (1.4, None), (1.1, None)):
         step(mcts, run, speedup, failed)
     restored = Mcts.from_state(json.loads(json.dumps(mcts.state())))
@@ -139,7 +137,7 @@ def test_state_round_trips_through_json():
 
 
 def test_stops_when_everything_is_pruned_and_the_root_gives_nothing():
-    mcts, run = Mcts(), FakeRun()
+    mcts, run = Mcts(), new_state()
     step(mcts, run, failed="compile_error")
     for _ in range(2):  # two fresh proposals that gave no candidate (no update between selections)
         assert mcts.stop(run) is None and mcts.select(run) == Expansion()

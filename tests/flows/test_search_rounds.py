@@ -16,12 +16,13 @@ import pytest
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-import kernelflow.flows.run
+import kernelflow.flows.tasks
 from kernelflow.artifacts.store import Store
+from kernelflow.flows.config import LLMLimits, RunConfig
 from kernelflow.flows.resume import restore
-from kernelflow.flows.run import Run, compile_step
+from kernelflow.flows.run import Run, compile_step, new_run_id, open_run
 from kernelflow.flows.search.agents import Agents
-from kernelflow.flows.search.protocol import Budgets, search
+from kernelflow.flows.search.protocol import search
 from kernelflow.stages.backends import result
 from kernelflow.stages.contracts import (
     BenchmarkResult,
@@ -34,11 +35,10 @@ from kernelflow.stages.contracts import (
     Origin,
 )
 from kernelflow.stages.errors import StopSearch
-from kernelflow.stages.measure.profiling_policy import ProfilingPolicy
 from kernelflow.stages.problems.kernelbench import load_problem
 from kernelflow.stages.proposers import PROPOSERS
 
-SILU = Path(__file__).resolve().parent.parent / "problems" / "09_silu.py"
+SILU = Path(__file__).resolve().parents[2] / "problems" / "09_silu.py"
 
 
 class Recorder:
@@ -90,7 +90,7 @@ def recorder(monkeypatch) -> Recorder:
     monkeypatch.setitem(PROPOSERS, "slow", lambda req: rec.propose(req))
 
     @task(name="compile", cache_policy=NO_CACHE)
-    def fake_compile(req: CompileRequest, mode: str) -> CompileResult:
+    def fake_compile(req: CompileRequest, mode: str, store_root: str) -> CompileResult:
         start = time.monotonic()
         time.sleep(rec.compile_delay)
         failed = int(req.candidate.id[-6:], 16) % 5 == 0
@@ -98,7 +98,7 @@ def recorder(monkeypatch) -> Recorder:
             rec.compiles.append((req.candidate.id, start, time.monotonic()))
         return result(req, status="failed" if failed else "ok", failure_kind="compile_error" if failed else None)
 
-    monkeypatch.setattr(kernelflow.flows.run, "compile_task", fake_compile)
+    monkeypatch.setitem(kernelflow.flows.tasks.TASKS, "compile", fake_compile)
     return rec
 
 
@@ -111,8 +111,10 @@ def searched(tmp_path: Path, rec: Recorder, budget: int, workers: int | None = N
 
     @flow(name="rounds")
     def rounds() -> tuple[Run, Agents, str]:
-        run = Run(load_problem(SILU), Store(tmp_path), "cpu", "cpu", budget, "slow", ProfilingPolicy(enabled=False),
-                  llm_max_tokens=llm_max_tokens, resume=resume)
+        config = RunConfig(budget=budget, proposer="slow", device="cpu", profile=False,
+                           llm=LLMLimits(max_tokens=llm_max_tokens))
+        problem = load_problem(SILU)
+        run = open_run(problem, config, Store(tmp_path), resume or new_run_id(problem.id), resumed=resume is not None)
         pending, saved = restore(run) if resume else ([], None)
 
         def evaluate(candidate: Candidate) -> float | None:
@@ -124,8 +126,8 @@ def searched(tmp_path: Path, rec: Recorder, budget: int, workers: int | None = N
                 return None
             speedup = speedup_of(candidate)
             if speedup is not None:  # its benchmark row: what a resumed run reads back (a rejection: the compile's)
-                run.speedups[candidate.id] = speedup
-                run.store.append_benchmark(run.id, BenchmarkResult(
+                run.state.speedups[candidate.id] = speedup
+                run.recorder.benchmark(BenchmarkResult(
                     candidate_id=candidate.id, problem_id=run.problem.id, status="ok", device="cpu", sizes="cpu",
                     speedup_vs_eager=speedup))
             return speedup
@@ -133,7 +135,7 @@ def searched(tmp_path: Path, rec: Recorder, budget: int, workers: int | None = N
         agents = Agents.from_state(json.loads(saved.state_json)) if saved else Agents()
         agents.workers = workers
         try:
-            search(run, agents, Budgets(budget, 3600.0), evaluate, lambda c: None, pending)
+            search(run, agents, evaluate, lambda c: None, pending)
         except StopSearch as stop:
             return run, agents, stop.reason
         raise AssertionError("search returned without a stop reason")
@@ -152,7 +154,7 @@ def test_a_round_generates_and_compiles_at_once(prefect_harness, tmp_path: Path,
     assert reason == "candidate budget of 3 spent" and len(recorder.generates) == 3
     assert overlap(recorder.generates), recorder.generates  # 3 s of generate calls, all running at one moment
     assert overlap(recorder.compiles) and len(recorder.compiles) == 3
-    assert recorder.evaluated == run.tried and len(Store(tmp_path).read("compiles", run.id)) == 3
+    assert recorder.evaluated == run.state.tried and len(Store(tmp_path).read("compiles", run.id)) == 3
     assert not run.precompiled  # every compile ahead was recorded by its evaluation
 
 
@@ -173,7 +175,7 @@ def test_rounds_evaluate_in_agent_order_whatever_finishes_first(prefect_harness,
         recorder.reset([shuffle.uniform(0.0, 0.3) for _ in range(40)] if workers is None else 0.0)
         run, agents, reason = searched(tmp_path / name, recorder, budget=11, workers=workers)
         table = Store(tmp_path / name).read("candidates", run.id)
-        runs.append((list(recorder.evaluated), run.tried, list(table.id), run.speedups, agents.board.verdicts,
+        runs.append((list(recorder.evaluated), run.state.tried, list(table.id), run.state.speedups, agents.board.verdicts,
                      agents.board.memory, agents.state(), reason))
     assert runs[0] == runs[1]
     evaluated, _, _, speedups, verdicts, *_ = runs[0]
@@ -186,7 +188,7 @@ def test_no_round_proposes_past_the_candidate_budget_and_the_llm_budget_is_share
         prefect_harness, tmp_path: Path, recorder: Recorder):
     run, agents, reason = searched(tmp_path, recorder, budget=6, llm_max_tokens=1000)
     assert reason == "candidate budget of 6 spent"
-    assert len(recorder.requests) == len(run.tried) == 6  # 4 agents: a round of 4, then a round of 2 (not 4)
+    assert len(recorder.requests) == len(run.state.tried) == 6  # 4 agents: a round of 4, then a round of 2 (not 4)
     store = Store(tmp_path)
     assert len(store.read("candidates", run.id)) == 6
     saved = store.read("search_state", run.id)  # saved before a round, then after every evaluation: a resume's state
@@ -212,9 +214,9 @@ def test_a_round_killed_mid_way_resumes_its_proposals_for_their_agents(prefect_h
     run, agents, reason = searched(tmp_path, recorder, budget=4, resume=run_id)
     assert reason == "candidate budget of 4 spent"
     assert recorder.generates == asked and len(store.read("llm_calls", run_id)) == 4  # nothing asked again
-    assert recorder.evaluated[2:] == recorder.evaluated[1:2] + run.tried[2:]  # the interrupted one, then the rest
+    assert recorder.evaluated[2:] == recorder.evaluated[1:2] + run.state.tried[2:]  # the interrupted one, then the rest
     judged = [v.split()[:2] for v in agents.board.verdicts]  # 'candidate agent VERDICT', one per evaluation
-    assert sorted(c for c, _ in judged) == sorted(c for c, *_ in asked) == sorted(run.tried)  # each once, none lost
-    assert all(run.candidates[c].origin.params["who"] == f"Focus ({who})" for c, who in judged), judged
+    assert sorted(c for c, _ in judged) == sorted(c for c, *_ in asked) == sorted(run.state.tried)  # each once, none lost
+    assert all(run.state.candidates[c].origin.params["who"] == f"Focus ({who})" for c, who in judged), judged
     assert [who for _, who in judged] == ["fusion", "tiling_tensor_cores", "memory_layout", "library_configuration"]
     assert len(store.read("candidates", run_id)) == 4

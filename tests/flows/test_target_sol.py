@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from kernelflow.flows.config import RunConfig
 from kernelflow.stages.contracts import BenchmarkResult, Provenance, Timing
 from kernelflow.stages.errors import KernelflowError
 from kernelflow.stages.measure.sol_target import floors, fraction
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SILU = ROOT / "problems" / "09_silu.py"
 PROV = Provenance(device="cuda", device_name="NVIDIA H200", torch="x", python="3", hostname="h", code_version="t",
                   tf32=False)
@@ -43,11 +44,10 @@ def test_the_h200_floors_come_from_the_counted_work():
 
 
 def test_a_cpu_run_refuses_a_target(prefect_harness, tmp_path: Path):
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     with pytest.raises(KernelflowError, match="has no GPU"):
-        optimize(str(SILU), budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False,
-                 target_sol=0.8)
+        optimize(str(SILU), RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False, target_sol=0.8))
 
 
 def test_the_run_stops_once_the_best_reaches_the_target(prefect_harness, tmp_path: Path, monkeypatch):
@@ -68,8 +68,7 @@ def test_the_run_stops_once_the_best_reaches_the_target(prefect_harness, tmp_pat
 
     monkeypatch.setattr("kernelflow.stages.benchmark.run", benchmark_that_sets_floors)
     monkeypatch.setattr(kernelflow.flows.optimize, "floors", lambda p, sizes, name: floors_us)
-    summary = kernelflow.flows.optimize.main(str(SILU), budget=4, store=str(tmp_path), device="cpu", executor="inline",
-                                  profile=False, target_sol=0.85)
+    summary = kernelflow.flows.optimize.optimize(str(SILU), RunConfig(budget=4, store=str(tmp_path), device="cpu", executor="inline", profile=False, target_sol=0.85))
     assert set(floors_us) == {w.name for w in problem.workloads("cpu")}
     assert summary["stop_reason"] == "target of 0.85 of speed of light reached: the best is at 0.90"
     assert summary["best_candidate_id"] is not None

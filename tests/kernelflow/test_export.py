@@ -4,7 +4,7 @@ ModelNew, through its custom op, and through the op under torch.compile, matchin
 The kernel comes from a real optimize run on CPU (17_elementwise_chain: parameters and constructor arguments).
 On CPU, Triton's interpreter never beats eager, so that run's winner is eager: exporting it is refused unless
 asked for. A candidate that wins is the same candidate with a GPU benchmark call recorded in a second run, as
-tests/test_winner.py records its calls.
+tests/artifacts/test_winner.py records its calls.
 """
 
 import json
@@ -20,6 +20,7 @@ from kernelflow.artifacts.problem_runs import COMPLETE, index
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.tables import model_of
 from kernelflow.export import ExportError, export
+from kernelflow.flows.config import RunConfig
 from kernelflow.stages.contracts import (
     BenchmarkResult,
     Candidate,
@@ -30,11 +31,11 @@ from kernelflow.stages.contracts import (
     Timing,
     VerifyResult,
 )
-from tests.test_campaign import recording
-from tests.test_cli import kf
-from tests.test_problem_runs import parts_read
+from tests.artifacts.test_problem_runs import parts_read
+from tests.flows.test_campaign import recording
+from tests.kernelflow.test_cli import kf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = "17_elementwise_chain"
 GPU_RUN = "gpu-run"
 PROV = Provenance(device="cuda", device_name="NVIDIA H200", torch="2.11", python="3.12", hostname="h",
@@ -80,10 +81,10 @@ print(json.dumps({"leaked": leaked, "ratios": ratios, "same": all(same), "replay
 @pytest.fixture(scope="module")
 def cpu_run(prefect_harness, tmp_path_factory) -> tuple[Path, dict]:
     """A real optimize run on CPU: (its store, its summary)."""
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     store = tmp_path_factory.mktemp("store")
-    summary = optimize(str(ROOT / "problems" / f"{PROBLEM}.py"), budget=1, store=str(store), device="cpu")
+    summary = optimize(str(ROOT / "problems" / f"{PROBLEM}.py"), RunConfig(budget=1, store=str(store), device="cpu"))
     assert summary["winner"] == "eager" and summary["best_candidate_id"]  # CPU: the interpreter never wins
     return store, summary
 
@@ -149,7 +150,7 @@ def test_the_winner_exports_as_a_drop_in_package(cpu_run, tmp_path: Path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["leaked"] == [] and result["same"], result
-    # a template's kernel: its forward replays on CUDA tensors (tests/test_export_replay.py), on CPU ones never
+    # a template's kernel: its forward replays on CUDA tensors (tests/kernelflow/test_export_replay.py), on CPU ones never
     assert manifest["host_path"] == "replay" and "replay.py" in manifest["files"]
     assert result["replay"] == ["tensors on cpu: the verified forward runs"], result
     assert len(result["ratios"]) == 6 and max(result["ratios"].values()) <= 1.0, result["ratios"]

@@ -1,6 +1,6 @@
 """The export's replayed forward (kernelflow/export_replay.py), on the CPU with stand-ins for Triton's compiled
 kernels: a stand-in's launcher computes with torch on the tensors the plan hands it, so the plan's pointers, memory,
-outputs and checks are exercised; real kernels on a GPU: tests/test_export.py."""
+outputs and checks are exercised; real kernels on a GPU: tests/kernelflow/test_export.py."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from kernelflow import export_replay
 from kernelflow.export_replay import replay_status, replaying
-from tests.test_integrity import needs_gpu
+from tests.stages.harness.test_integrity import needs_gpu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 N = 64
 

@@ -30,7 +30,7 @@ from kernelflow.flows.suite import Dispatch, load_suite
 from kernelflow.stages.errors import KernelflowError
 from tests.prefect_server import prefect_server, stop
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 CLI = [sys.executable, "-m", "kernelflow.cli"]
 

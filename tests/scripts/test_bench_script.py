@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from kernelflow.stages.problems.kernelbench import load_problem
-from tests.test_flow import ROOT, bench_script
+from tests.flows.test_flow import ROOT, bench_script
 
 
 def current_09(bench) -> dict:

@@ -1,6 +1,6 @@
 """scripts/chunk.py: --max-minutes admits a problem only if the longest one so far would still end in the chunk."""
 
-from tests.test_flow import bench_script
+from tests.flows.test_flow import bench_script
 
 Chunk = bench_script().Chunk  # as scripts/bench_gpu.py (and agreement.py) use it
 

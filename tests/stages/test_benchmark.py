@@ -7,14 +7,14 @@ from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.measure.timing import median_ci
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
 
 
 def bench(name: str, tmp_path: Path, **kw):
     source = (ROOT / "tests" / "fixtures" / "adversarial" / f"{name}.py").read_text()
     candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
-    request = BenchmarkRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
+    request = BenchmarkRequest(workdir=str(tmp_path / "w"), problem=SOFTMAX,
                                candidate=candidate, baselines=["eager"], **{"min_reps": 10, "max_reps": 40, **kw})
     return run_stage("benchmark", request, "inline")
 

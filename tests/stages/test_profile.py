@@ -10,7 +10,7 @@ from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.measure import subject
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
 
 
@@ -20,7 +20,7 @@ def fixture(name: str) -> Candidate:
 
 
 def request(candidate: Candidate, tmp_path: Path, **kw) -> ProfileRequest:
-    return ProfileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
+    return ProfileRequest(workdir=str(tmp_path / "w"), problem=SOFTMAX,
                           candidate=candidate, device="cpu", **kw)
 
 
@@ -47,11 +47,11 @@ def test_a_candidate_that_raises_is_a_failure_row(tmp_path: Path):
 
 def test_a_crashing_candidate_is_a_crash_row_in_its_own_process(tmp_path: Path):
     result = run_stage("profile", request(fixture("segfault"), tmp_path, timeout_s=60))
-    assert (result.status, result.failure_kind) == ("failed", "crash") and "stage_log" in result.blobs
+    assert (result.status, result.failure_kind) == ("failed", "crash") and "stage_log" in result.files
 
 
 def test_a_baseline_is_profiled_without_a_candidate(tmp_path: Path):
-    req = ProfileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX, contender="eager",
+    req = ProfileRequest(workdir=str(tmp_path / "w"), problem=SOFTMAX, contender="eager",
                          device="cpu")
     result = run_stage("profile", req)
     assert (result.status, result.candidate_id, result.contender, result.bound) == ("ok", "eager", "eager", "memory")
@@ -67,4 +67,4 @@ def test_candidate_and_contender_must_agree(tmp_path: Path):
     with pytest.raises(ValueError, match="exactly when contender"):
         request(fixture("good"), tmp_path, contender="eager")
     with pytest.raises(ValueError, match="exactly when contender"):
-        ProfileRequest(workdir="w", blob_dir="b", problem=SOFTMAX, device="cpu")
+        ProfileRequest(workdir="w", problem=SOFTMAX, device="cpu")

@@ -11,7 +11,7 @@ from kernelflow.stages.contracts import KernelBinary
 from kernelflow.stages.measure.bottleneck import bound_of, counters_bound
 from kernelflow.stages.measure.tools import TOOLS, select
 from kernelflow.stages.refine import RefineRequest, run
-from tests.test_tools import FIRES, H200, evidence, work
+from tests.stages.measure.test_tools import FIRES, H200, evidence, work
 
 SNIPPET = """
 		Function : _Z9scale_rowPKfPfi
@@ -124,7 +124,7 @@ def test_evidence_from_stage_results_lets_counters_decide_the_class():
     from kernelflow.stages.measure.tools import evidence as gather
     from kernelflow.stages.problems.kernelbench import load_problem
 
-    problem = load_problem(Path(__file__).parent.parent / "problems" / "01_softmax.py")
+    problem = load_problem(Path(__file__).parents[2] / "problems" / "01_softmax.py")
     cand = Candidate.make(problem.id, "triton", "src", Origin(kind="builtin", proposer="rowwise"))
     measured = {"dram__throughput.avg.pct_of_peak_sustained_elapsed": 88.0,
                 "sm__throughput.avg.pct_of_peak_sustained_elapsed": 31.0, "gpu__time_duration.sum": 600_000.0}

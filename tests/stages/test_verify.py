@@ -13,11 +13,11 @@ from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.problems.fx_trace import trace_with_shapes
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
 # The fixtures are plain-PyTorch stand-ins for kernels, so the campaign's policy lets torch ops compute
-# (tests/test_library_policy.py tests that the default policy rejects them).
+# (tests/stages/harness/test_library_policy.py tests that the default policy rejects them).
 TORCH_COMPUTE = SOFTMAX.policy.model_copy(update={"allow_torch_compute": True})
 
 EXPECTED = {
@@ -45,7 +45,7 @@ def verify(name: str, tmp_path: Path, mode: str):
     source = (ROOT / "prompts" / "examples" / "triton_softmax.py" if name == "triton" else FIXTURES / f"{name}.py").read_text()
     backend = "triton" if name == "triton" else "torch"
     candidate = Candidate.make(SOFTMAX.id, backend, source, Origin(kind="user", proposer="fixture"))
-    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+    request = VerifyRequest(workdir=str(tmp_path / "work"), problem=SOFTMAX,
                             candidate=candidate, policy=TORCH_COMPUTE, timeout_s=15 if name == "hang" else 120)
     return run_stage("verify", request, mode)  # type: ignore[arg-type]
 
@@ -54,7 +54,7 @@ def verify(name: str, tmp_path: Path, mode: str):
 def test_verdict_in_subprocess(name: str, tmp_path: Path):
     result = verify(name, tmp_path, "subprocess")
     assert (result.status, result.failure_kind) == (("ok", None) if EXPECTED[name] is None else ("failed", EXPECTED[name])), result.message
-    assert result.blobs, "every verdict keeps a log blob"
+    assert result.files, "every verdict keeps a log"
 
 
 @pytest.mark.parametrize("name", sorted(set(EXPECTED) - SUBPROCESS_ONLY))
@@ -97,7 +97,7 @@ def test_an_inline_verify_waits_for_a_trace_in_another_thread(tmp_path: Path):
 
 def test_crash_keeps_the_log(tmp_path: Path):
     result = verify("segfault", tmp_path, "subprocess")
-    log = (tmp_path / "blobs" / result.blobs["stage_log"][:2] / result.blobs["stage_log"]).read_text()
+    log = (tmp_path / "work" / result.files["stage_log"]).read_text()
     assert "SIGSEGV" in result.message and "Fatal Python error" in log
 
 
@@ -158,7 +158,7 @@ def test_a_verify_process_does_not_load_dynamo(tmp_path: Path):
     import subprocess
 
     script = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
-              "from tests.test_verify import verify; "
+              "from tests.stages.test_verify import verify; "
               "r = verify('good', Path(sys.argv[2]), 'inline'); assert r.status == 'ok', r.message; "
               "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", script, str(ROOT), str(tmp_path)], capture_output=True, text=True,

@@ -4,8 +4,8 @@ Trigger (counters): global load or store sectors per request above EXCESS x the 
 warp of 32 threads reading consecutive w-bit words touches w/8 sectors of 32 B per request: 4 for 32-bit, 16
 for 128-bit. The width is the kernel's mean SASS load (store) width when its binary is known, else WIDE_BITS,
 so a kernel we hold no binary of (a baseline's: PyTorch's and inductor's kernels load 128 bits where they can)
-is never blamed for sectors its unknown width may explain. An earlier 32-bit assumption flagged every eager and
-torch.compile kernel of 03_layernorm and 05_gelu_tanh on the H200.
+is never blamed for sectors its unknown width may explain (a 32-bit assumption would flag every eager and
+torch.compile kernel of 03_layernorm and 05_gelu_tanh).
 Severity: the wasted share of the sectors (1 - ideal / measured) x the kernel's share of the time.
 Trigger (static, for a kernel without those counters): a memory-bound call whose kernel's mean global load width
 is below WIDE_BITS. Severity: NARROW_SEVERITY x (1 - width / WIDE_BITS) x share: narrow but coalesced loads waste

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.artifacts.blobs import get_bytes
 from kernelflow.stages.backends.harvest import find_tool, harvest_triton, parse_ptxas, triton_kernels
-from kernelflow.stages.compile import run
-from kernelflow.stages.contracts import Candidate, CompileRequest, Origin
+from kernelflow.stages.contracts import Candidate, CompileRequest, CompileResult, Origin
+from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.problems.kernelbench import load_problem
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="no nvcc: CUDA compiles cannot run")
 
 
@@ -21,22 +20,23 @@ def compile_fixture(tmp_path: Path, name: str, backend: str, with_problem: bool 
     source = (FIXTURES / "candidates" / f"{name}.py").read_text()
     candidate = Candidate.make("add", backend, source, Origin(kind="user", proposer="fixture"))
     problem = load_problem(FIXTURES / "problems" / "add.py") if with_problem else None
-    req = CompileRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), candidate=candidate,
+    req = CompileRequest(workdir=str(tmp_path / "work"), candidate=candidate,
                          problem=problem)
-    return run(req), req
+    return run_stage("compile", req), req
 
 
-def text_blob(req: CompileRequest, sha: str) -> str:
-    return get_bytes(req.blob_dir, sha).decode()
+def made(req: CompileRequest, res: CompileResult, name: str) -> bytes:
+    """A file the compile made, by its name in the result."""
+    return (Path(req.workdir) / res.files[name]).read_bytes()
 
 
 def test_triton_add_compiles_ahead_of_time_for_sm90(tmp_path):
     res, req = compile_fixture(tmp_path, "triton_add", "triton")
     assert (res.status, res.mode, [k.name for k in res.kernels]) == ("ok", "ahead_of_time", ["add_kernel"]), res.message
     assert res.kernels[0].registers > 0 and res.kernels[0].spill_stores_bytes == 0
-    assert ".target sm_90a" in text_blob(req, res.blobs["ptx:add_kernel"])
-    assert get_bytes(req.blob_dir, res.blobs["cubin:add_kernel"])[:4] == b"\x7fELF"
-    assert "add_kernel" in text_blob(req, res.blobs["sass:add_kernel"])
+    assert ".target sm_90a" in made(req, res, "ptx:add_kernel").decode()
+    assert made(req, res, "cubin:add_kernel")[:4] == b"\x7fELF"
+    assert "add_kernel" in made(req, res, "sass:add_kernel").decode()
     assert res.toolchain["triton"] and res.toolchain["torch"] and res.defined == ["add_kernel"]
 
 
@@ -49,13 +49,13 @@ def test_triton_without_problem_checks_statically(tmp_path):
 def test_triton_type_error_in_kernel_is_compile_error_with_log(tmp_path):
     res, req = compile_fixture(tmp_path, "triton_type_error", "triton")
     assert (res.status, res.failure_kind) == ("failed", "compile_error")
-    assert "invalid operands" in text_blob(req, res.blobs["log"])
+    assert "invalid operands" in made(req, res, "log").decode()
 
 
 def test_triton_candidate_that_does_not_import_is_import_error(tmp_path):
     source = (FIXTURES / "candidates" / "triton_add.py").read_text().replace("class ModelNew", "class ModelNew(:")
     candidate = Candidate.make("add", "triton", source, Origin(kind="user", proposer="fixture"))
-    res = run(CompileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), candidate=candidate))
+    res = run_stage("compile", CompileRequest(workdir=str(tmp_path / "w"), candidate=candidate))
     assert (res.status, res.failure_kind) == ("failed", "import_error") and "SyntaxError" in res.message
 
 
@@ -66,8 +66,8 @@ def test_cuda_relu_builds_ptx_cubin_sass_for_inspection(tmp_path):
     assert "built by load_inline on the GPU worker" in res.message
     [kernel] = res.kernels
     assert "relu_kernel" in kernel.name and kernel.registers > 0 and kernel.spill_stores_bytes == 0
-    assert ".entry _Z11relu_kernel" in text_blob(req, res.blobs["ptx:kf_relu"])
-    assert "relu_kernel" in text_blob(req, res.blobs["sass:kf_relu"])
+    assert ".entry _Z11relu_kernel" in made(req, res, "ptx:kf_relu").decode()
+    assert "relu_kernel" in made(req, res, "sass:kf_relu").decode()
     assert res.toolchain["nvcc"].startswith("Cuda compilation tools")
 
 
@@ -75,7 +75,7 @@ def test_cuda_relu_builds_ptx_cubin_sass_for_inspection(tmp_path):
 def test_cuda_syntax_error_is_compile_error_with_nvcc_log(tmp_path):
     res, req = compile_fixture(tmp_path, "cuda_syntax_error", "cuda", with_problem=False)
     assert (res.status, res.failure_kind) == ("failed", "compile_error") and 'expected a ";"' in res.message
-    assert "error" in text_blob(req, res.blobs["log"])
+    assert "error" in made(req, res, "log").decode()
 
 
 def test_parse_ptxas_reads_registers_spills_stack_and_smem():
@@ -99,7 +99,8 @@ def test_harvest_triton_with_nothing_compiled_is_empty(tmp_path):
     module = types.ModuleType("kf_uncompiled")
     module.kernel = JITFunction(_never_launched)
     assert list(triton_kernels(module)) == ["_never_launched"]
-    assert harvest_triton(module, str(tmp_path)) == ([], {})
+    assert harvest_triton(module, CompileRequest(workdir=str(tmp_path), candidate=Candidate.make(
+        "add", "triton", "", Origin(kind="user", proposer="fixture")))) == ([], {})
 
 
 def test_without_nvcc_the_cuda_backend_is_off_with_the_reason(tmp_path, monkeypatch):
@@ -108,7 +109,7 @@ def test_without_nvcc_the_cuda_backend_is_off_with_the_reason(tmp_path, monkeypa
     monkeypatch.setattr(cuda, "find_tool", lambda name: None)  # no toolkit anywhere (in this process: no subprocess)
     source = (FIXTURES / "candidates" / "cuda_relu.py").read_text()
     candidate = Candidate.make("add", "cuda", source, Origin(kind="user", proposer="fixture"))
-    res = cuda.compile(CompileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), candidate=candidate))
+    res = cuda.compile(CompileRequest(workdir=str(tmp_path / "w"), candidate=candidate))
     assert (res.status, res.failure_kind) == ("failed", "unavailable") and "nvcc not found" in res.message
 
 
@@ -119,6 +120,6 @@ def test_only_library_headers_are_left_to_the_gpu_worker(tmp_path, header, verdi
     source = (FIXTURES / "candidates" / "cuda_relu.py").read_text().replace(
         'cuda_source = r"""\n', f'cuda_source = r"""\n#include "{header}"\n', 1)
     candidate = Candidate.make("relu", "cuda", source, Origin(kind="user", proposer="fixture"))
-    res = run(CompileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), candidate=candidate))
+    res = run_stage("compile", CompileRequest(workdir=str(tmp_path / "w"), candidate=candidate))
     assert (res.status, res.failure_kind) == verdict, res.message
     assert header in res.message

@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.artifacts.blobs import get_bytes
 from kernelflow.stages.backends import cute
 from kernelflow.stages.backends import cutlass as headers
 from kernelflow.stages.backends.harvest import find_tool
-from kernelflow.stages.compile import run
 from kernelflow.stages.contracts import Candidate, CompileRequest, Origin
+from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.harness.candidate import backend_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = (ROOT / "prompts" / "examples" / "cute_gemm_scale_residual.py").read_text()
 PROBLEM = ROOT / "problems" / "12_matmul_scale_residual.py"
 needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="no nvcc: CUDA compiles cannot run")
@@ -25,33 +24,33 @@ needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="no nvcc: CUDA
 def request(tmp_path: Path, source: str = EXAMPLE) -> CompileRequest:
     candidate = Candidate.make("12_matmul_scale_residual", backend_of(source), source,
                                Origin(kind="user", proposer="example"))
-    return CompileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), candidate=candidate)
+    return CompileRequest(workdir=str(tmp_path / "w"), candidate=candidate)
 
 
 @needs_nvcc
 def test_the_example_builds_for_sm90a_with_registers_sass_and_no_spills(tmp_path):
-    res = run(req := request(tmp_path))
+    res = run_stage("compile", req := request(tmp_path))
     assert (res.backend, res.status, res.mode) == ("cute", "ok", "ahead_of_time"), res.message
     [kernel] = res.kernels
     assert "gemm_scale_residual" in kernel.name and 0 < kernel.registers <= 128  # __launch_bounds__(256, 2)
     assert (kernel.spill_stores_bytes, kernel.spill_loads_bytes, kernel.shared_bytes) == (0, 0, 3 * 2 * 128 * 8 * 4)
     assert kernel.sass["ffma_instructions"] > 0 and kernel.sass["ldgsts_instructions"] > 0  # FMA GEMM, cp.async
-    assert ".target sm_90a" in get_bytes(req.blob_dir, res.blobs["ptx:kf_example_cute_gemm_scale_residual"]).decode()
+    assert ".target sm_90a" in (Path(req.workdir) / res.files["ptx:kf_example_cute_gemm_scale_residual"]).read_text()
     assert res.toolchain["cutlass"] == headers.version() and headers.include_dirs()[0] in res.toolchain["cutlass"]
 
 
 @needs_nvcc
 def test_a_cute_syntax_error_is_a_compile_error_with_nvcc_log(tmp_path):
-    res = run(req := request(tmp_path, EXAMPLE.replace("clear(acc);", "clear(acc)", 1)))
+    res = run_stage("compile", req := request(tmp_path, EXAMPLE.replace("clear(acc);", "clear(acc)", 1)))
     assert (res.status, res.failure_kind) == ("failed", "compile_error") and 'expected a ";"' in res.message
-    log = get_bytes(req.blob_dir, res.blobs["log"]).decode()
+    log = (Path(req.workdir) / res.files["log"]).read_text()
     assert f"-I{headers.include_dirs()[0]} " in log and "error" in log  # nvcc's line, on the CUTLASS headers
 
 
 @needs_nvcc
 def test_a_missing_cute_header_is_the_candidates_error_here(tmp_path):
     """With the headers on this machine, a cute/ header that does not exist is a typo, not a deferred build."""
-    res = run(request(tmp_path, EXAMPLE.replace("<cute/tensor.hpp>", "<cute/tensr.hpp>", 1)))
+    res = run_stage("compile", request(tmp_path, EXAMPLE.replace("<cute/tensor.hpp>", "<cute/tensr.hpp>", 1)))
     assert (res.status, res.failure_kind) == ("failed", "compile_error") and "cute/tensr.hpp" in res.message
 
 
@@ -81,4 +80,4 @@ def test_backend_of_tells_cute_from_plain_cuda():
     cuda_example = (ROOT / "prompts" / "examples" / "cuda_silu.py").read_text()
     assert (backend_of(EXAMPLE), backend_of(cuda_example)) == ("cute", "cuda")
 
-# On a GPU the example is verified against problem 12 and timed by tests/test_prompts.py.
+# On a GPU the example is verified against problem 12 and timed by tests/stages/llm/test_prompts.py.

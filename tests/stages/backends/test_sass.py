@@ -8,11 +8,11 @@ import pytest
 
 from kernelflow.stages.backends.harvest import find_tool
 from kernelflow.stages.backends.sass import SassStats, sass_stats
-from kernelflow.stages.compile import run
 from kernelflow.stages.contracts import Candidate, CompileRequest, Origin
+from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.problems.kernelbench import load_problem
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 needs_nvcc = pytest.mark.skipif(find_tool("nvcc") is None, reason="no nvcc: CUDA compiles cannot run")
 
 SNIPPET = """
@@ -57,7 +57,7 @@ def _compile(tmp_path: Path, name: str, backend: str, with_problem: bool) -> dic
     source = (FIXTURES / "candidates" / f"{name}.py").read_text()
     candidate = Candidate.make("add", backend, source, Origin(kind="user", proposer="fixture"))
     problem = load_problem(FIXTURES / "problems" / "add.py") if with_problem else None
-    res = run(CompileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), candidate=candidate,
+    res = run_stage("compile", CompileRequest(workdir=str(tmp_path / "w"), candidate=candidate,
                              problem=problem))
     assert (res.status, res.mode) == ("ok", "ahead_of_time"), res.message
     return {k.name: k.sass for k in res.kernels}

@@ -17,18 +17,19 @@ import docker
 import pytest
 import requests
 
-from kernelflow.artifacts.blobs import blob_path, put_bytes
+from kernelflow.artifacts.blobs import put_bytes
 from kernelflow.cli import main as cli
 from kernelflow.cli import parser
+from kernelflow.flows.config import RunConfig
 from kernelflow.stages import generate
 from kernelflow.stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
 from kernelflow.stages.errors import InfrastructureError
 from kernelflow.stages.executors import docker as docker_executor
 from kernelflow.stages.executors.docker import FINGERPRINT_LABEL, FINGERPRINTED, Docker, code_fingerprint
 from kernelflow.stages.executors.run import run_stage
-from tests.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
+from tests.stages.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 IMAGE = os.environ.get("KERNELFLOW_TEST_IMAGE", "kernelflow-cpu")
 DOCKER = Docker(image=IMAGE, mem_limit="2g", tmp_size="1g")
 
@@ -66,7 +67,7 @@ def candidate(source: str, backend: str = "torch") -> Candidate:
 
 
 def verify_request(tmp_path: Path, source: str, **kw) -> VerifyRequest:
-    return VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+    return VerifyRequest(workdir=str(tmp_path / "work"), problem=SOFTMAX,
                          candidate=candidate(source), policy=TORCH_COMPUTE, **{"timeout_s": 120, **kw})
 
 
@@ -77,7 +78,7 @@ def verify_request(tmp_path: Path, source: str, **kw) -> VerifyRequest:
 def test_every_adversarial_verdict_is_the_same_in_a_container(engine, name: str, tmp_path: Path):
     result = verify(name, tmp_path, DOCKER)  # type: ignore[arg-type]
     assert (result.status, result.failure_kind) == (("ok", None) if EXPECTED[name] is None else ("failed", EXPECTED[name])), result.message
-    assert (tmp_path / "blobs" / result.blobs["stage_log"][:2] / result.blobs["stage_log"]).is_file()
+    assert (tmp_path / "work" / result.files["stage_log"]).is_file()
 
 
 def test_a_hang_is_killed_at_the_deadline_and_its_container_removed(engine, tmp_path: Path):
@@ -96,7 +97,7 @@ def test_the_memory_limit_kills_with_an_oom_verdict(engine, tmp_path: Path):
 PROBE = '''
 import errno, json, os, pathlib, socket
 out = {"uid": os.getuid(), "env": dict(os.environ), "interfaces": [n for _, n in socket.if_nameindex()],
-       "blobs_seen": sorted(str(p) for p in pathlib.Path(BLOB_DIR).rglob("*")),
+       "store_seen": pathlib.Path(STORE).exists(),
        "root_mount": next(line for line in open("/proc/self/mounts") if line.split()[1] == "/")}
 try:
     pathlib.Path("/probe").write_text("x")
@@ -107,12 +108,6 @@ cg = pathlib.Path("/sys/fs/cgroup")
 out["mem_max"] = next((p.read_text().strip() for p in (cg / "memory/memory.limit_in_bytes", cg / "memory.max")
                        if p.exists()), None)
 out["pids_max"] = next((p.read_text().strip() for p in (cg / "pids/pids.max", cg / "pids.max") if p.exists()), None)
-good, bad = b"planted by the candidate", b"not what its name says"
-import hashlib
-sha = hashlib.sha256(good).hexdigest()
-for name, data in ((sha, good), ("0" * 64, bad)):
-    (pathlib.Path(BLOB_DIR) / name[:2]).mkdir(exist_ok=True)
-    (pathlib.Path(BLOB_DIR) / name[:2] / name).write_bytes(data)
 pathlib.Path("probe.json").write_text(json.dumps(out))
 '''
 
@@ -129,8 +124,8 @@ def test_the_container_is_a_sandbox(engine, tmp_path: Path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "must-not-leak-either")
     monkeypatch.setenv("KERNELFLOW_CODE_VERSION", "test-version")
-    existing = put_bytes(tmp_path / "blobs", b"another candidate's artifact")
-    source = (FIXTURES / "good.py").read_text() + evading(PROBE.replace("BLOB_DIR", repr(str(tmp_path / "blobs"))))
+    put_bytes(tmp_path / "store" / "blobs", b"another candidate's artifact")
+    source = (FIXTURES / "good.py").read_text() + evading(PROBE.replace("STORE", repr(str(tmp_path / "store"))))
     result = run_stage("verify", verify_request(tmp_path, source),
                        DOCKER.model_copy(update={"mem_limit": "1g", "pids_limit": 321}))
     assert result.status == "ok", result.message
@@ -140,19 +135,16 @@ def test_the_container_is_a_sandbox(engine, tmp_path: Path, monkeypatch):
     assert probe["interfaces"] == ["lo"]  # network none: loopback only, no route anywhere
     assert probe["root_write"] == "EROFS" and " ro," in probe["root_mount"]
     assert (probe["mem_max"], probe["pids_max"]) == (str(2**30), "321")
-    assert probe["blobs_seen"] == []  # a fresh blob directory: the store's blobs are out of reach
-    planted = __import__("hashlib").sha256(b"planted by the candidate").hexdigest()
-    assert blob_path(tmp_path / "blobs", planted).is_file() and blob_path(tmp_path / "blobs", existing).is_file()
-    assert not blob_path(tmp_path / "blobs", "0" * 64).exists()  # a blob whose content is not its name stays out
+    assert probe["store_seen"] is False  # the call's work directory only: the store is out of reach
 
 
 def test_a_triton_candidate_compiles_and_verifies_in_containers(engine, tmp_path: Path):
     triton = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton")).candidates[0]
-    common = dict(blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX, candidate=triton)
+    common = dict(problem=SOFTMAX, candidate=triton)
     compiled = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), **common), DOCKER)
     assert compiled.status == "ok", compiled.message
-    cubins = [sha for name, sha in compiled.blobs.items() if name.startswith("cubin:")]
-    assert cubins and all(blob_path(tmp_path / "blobs", sha).read_bytes()[:4] == b"\x7fELF" for sha in cubins)
+    cubins = [path for name, path in compiled.files.items() if name.startswith("cubin:")]
+    assert cubins and all((tmp_path / "compile" / path).read_bytes()[:4] == b"\x7fELF" for path in cubins)
     checked = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "verify"), device="cpu", **common), DOCKER)
     assert (checked.status, checked.failure_kind) == ("ok", None), checked.message
 
@@ -181,12 +173,12 @@ def test_the_cli_verifies_through_the_docker_executor(engine, tmp_path: Path, ca
 
 
 def test_the_optimize_flow_runs_its_stages_in_containers(engine, request, tmp_path: Path):
-    from kernelflow.flows.optimize import main as optimize
+    from kernelflow.flows.optimize import optimize
 
     request.getfixturevalue("prefect_harness")  # session-scoped: asked for here, it starts only with an engine
 
-    summary = optimize(str(ROOT / "problems" / "17_elementwise_chain.py"), budget=1, store=str(tmp_path),
-                       device="cpu", executor=DOCKER)
+    summary = optimize(str(ROOT / "problems" / "17_elementwise_chain.py"), RunConfig(
+        budget=1, store=str(tmp_path), device="cpu", executor="docker", image=DOCKER.image))
     assert summary["best_candidate_id"], summary
     requests_seen = {p.name for p in tmp_path.rglob("*.request.json")}
     assert {"compile.request.json", "verify.request.json", "benchmark.request.json"} <= requests_seen
@@ -198,13 +190,14 @@ def test_the_optimize_flow_runs_its_stages_in_containers(engine, request, tmp_pa
 
 
 def test_the_fingerprint_covers_everything_a_stage_process_imports():
-    script = ("import importlib, pkgutil, sys, stages\n"
-              "for m in pkgutil.walk_packages(stages.__path__, 'stages.'): importlib.import_module(m.name)\n"
-              "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] in "
-              "('artifacts', 'kernelflow', 'flows'))))")
+    script = ("import importlib, pkgutil, sys, kernelflow.stages as s\n"
+              "for m in pkgutil.walk_packages(s.__path__, 'kernelflow.stages.'): importlib.import_module(m.name)\n"
+              "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() if n.split('.')[0] == 'kernelflow' "
+              "and not n.startswith('kernelflow.stages'))))")
     loaded = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
-    covered = [e for e in FINGERPRINTED if not (ROOT / e).is_dir()]
-    assert sorted(str(Path(f).relative_to(ROOT)) for f in loaded.stdout.split()) == sorted(covered)
+    package = ROOT / "kernelflow"
+    covered = [e for e in FINGERPRINTED if not (package / e).is_dir()]
+    assert sorted(str(Path(f).relative_to(package)) for f in loaded.stdout.split()) == sorted(covered)
 
 
 def test_the_cli_builds_the_docker_executor_from_its_options():
@@ -297,8 +290,7 @@ def test_a_cuda_request_gets_the_gpus_and_compile_never_does(fake, tmp_path: Pat
     (gpus,) = client.created["device_requests"]
     assert (gpus["DeviceIDs"], gpus["Capabilities"]) == (["2", "3"], [["gpu"]])
     assert "TRITON_INTERPRET" not in client.created["environment"]
-    run_stage("compile", CompileRequest(workdir=str(tmp_path / "c"), blob_dir=str(tmp_path / "b"),
-                                        candidate=candidate("x = 1")), DOCKER)
+    run_stage("compile", CompileRequest(workdir=str(tmp_path / "c"), candidate=candidate("x = 1")), DOCKER)
     assert client.created["device_requests"] is None
 
 

@@ -21,7 +21,7 @@ from kernelflow.stages.executors import sandbox
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.executors.sandbox import Probe, Sandbox
 from tests.sandbox_stage import ProbeRequest
-from tests.test_verify import FIXTURES, SOFTMAX, TORCH_COMPUTE
+from tests.stages.test_verify import FIXTURES, SOFTMAX, TORCH_COMPUTE
 
 FEATURES = {"environment", "temp_dir", "cpu_time", "file_size", "core_dumps", "processes", "memory", "network"}
 
@@ -32,7 +32,7 @@ def probe_stage(monkeypatch):
 
 
 def run_probe(tmp_path: Path, code: str, mode: Sandbox | str = "subprocess", **request):
-    req = ProbeRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), code=code, **request)
+    req = ProbeRequest(workdir=str(tmp_path / "work"), code=code, **request)
     result = run_stage("probe", req, mode)
     return result, (json.loads(result.message) if result.status == "ok" else None)
 
@@ -155,7 +155,7 @@ def test_the_address_space_is_limited_on_cpu_requests_only(tmp_path: Path):
     hog = 'try:\n    bytearray(2 << 30)\n    out["alloc"] = "done"\nexcept MemoryError:\n    out["alloc"] = "MemoryError"\n'
     result, out = run_probe(tmp_path, hog, Sandbox(memory_bytes=1 << 30))
     assert out == {"alloc": "MemoryError"} and result.sandbox["memory"] == f"applied: RLIMIT_AS {1 << 30} bytes per process"
-    cuda = ProbeRequest(workdir=str(tmp_path / "cuda"), blob_dir=str(tmp_path / "blobs"), code="", device="cuda")
+    cuda = ProbeRequest(workdir=str(tmp_path / "cuda"), code="", device="cuda")
     record = sandbox.plan(Sandbox(), "probe", cuda, {}, []).record
     assert record["memory"].startswith("not applied: the request's device is cuda")
 
@@ -177,7 +177,7 @@ def test_the_probe_says_why_when_the_kernel_refuses_a_namespace():
     refuse = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$0\" -m kernelflow.stages.executors.sandbox"
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-Ur", "true"]).returncode != 0:
         pytest.skip("no `unshare -Ur` here to build a namespace that refuses others")
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[3])
     done = subprocess.run(["unshare", "-Ur", "sh", "-c", refuse, sys.executable], capture_output=True, text=True, cwd=root,
                           env=os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))})
     assert done.returncode == 0, done.stderr
@@ -207,7 +207,7 @@ def test_a_verify_call_carries_its_sandbox_record(tmp_path: Path, monkeypatch, s
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
     source = (FIXTURES / "good.py").read_text() + evading(PROBE_CHILD.replace("PORT", str(server.getsockname()[1])))
     candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
-    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+    request = VerifyRequest(workdir=str(tmp_path / "work"), problem=SOFTMAX,
                             candidate=candidate, policy=TORCH_COMPUTE, timeout_s=120)
     result = run_stage("verify", request, "subprocess")
     assert result.status == "ok", result.message
@@ -229,7 +229,7 @@ def test_a_named_log_in_the_stage_temp_dir_is_the_candidates_to_write(tmp_path: 
     harness's. (On the H200 every Triton candidate in a subprocess stage was called a cheat for its ptxas log.)"""
     source = (FIXTURES / "good.py").read_text() + PTXAS_LOG
     candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
-    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+    request = VerifyRequest(workdir=str(tmp_path / "work"), problem=SOFTMAX,
                             candidate=candidate, policy=TORCH_COMPUTE, timeout_s=120)
     result = run_stage("verify", request, "subprocess")
     assert result.status == "ok", result.message

@@ -1,7 +1,7 @@
 """Integrity: one defence per way of cheating, each shown by an adversarial fixture and its verdict; the honest
 candidates still pass (docs/INTEGRITY.md). The fixture tables run on the CPU and, where there is one, on a GPU (real
 Triton launches, device tensors; skipped without one). CUDA-only paths (side streams, persisting L2) are tested
-here through their decision logic; their fixtures run on a GPU (tests/test_integrity_gpu.py)."""
+here through their decision logic; their fixtures run on a GPU (tests/stages/harness/test_integrity_gpu.py)."""
 
 import json
 import os
@@ -41,7 +41,7 @@ from kernelflow.stages.measure.timing import (
 from kernelflow.stages.problems.held_out import held_out, perturb
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
 TORCH_COMPUTE = SOFTMAX.policy.model_copy(update={"allow_torch_compute": True})  # for the plain-PyTorch fixtures
@@ -92,13 +92,13 @@ def candidate(name: str) -> Candidate:
 def verify(name: str, tmp_path: Path, mode: str = "inline", **kw):
     cand = candidate(name)
     policy = TORCH_COMPUTE if cand.backend == "torch" else None
-    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=SOFTMAX,
+    request = VerifyRequest(workdir=str(tmp_path / "work"), problem=SOFTMAX,
                             candidate=cand, policy=policy, **kw)
     return run_stage("verify", request, mode)  # type: ignore[arg-type]
 
 
 def bench(name: str, tmp_path: Path, device: str = "cpu", **kw):
-    request = BenchmarkRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
+    request = BenchmarkRequest(workdir=str(tmp_path / "w"), problem=SOFTMAX,
                                candidate=candidate(name), device=device, baselines=["eager"], min_reps=10,
                                max_reps=40, **kw)
     return run_stage("benchmark", request, "inline")
@@ -153,13 +153,11 @@ def test_honest_torch_candidates_pass_verify_and_benchmark(name: str, tmp_path: 
 def test_honest_triton_candidates_pass_every_check(path: str, tmp_path: Path):
     problem = load_problem(ROOT / ("problems/01_softmax.py" if "softmax" in path else "tests/fixtures/problems/add.py"))
     cand = Candidate.make(problem.id, "triton", (ROOT / path).read_text(), Origin(kind="user", proposer="example"))
-    result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"),
-                                               problem=problem, candidate=cand, trials=2), "inline")
-    log = (tmp_path / "b" / result.blobs["verify_log"][:2] / result.blobs["verify_log"]).read_text()
+    result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "w"), problem=problem, candidate=cand, trials=2), "inline")
+    log = (tmp_path / "w" / result.files["verify_log"]).read_text()
     assert result.status == "ok" and "launches 1 kernels" in log and "held-out shape" in log, result.message
     assert "the kernels do the work" in log
-    timed = run_stage("benchmark", BenchmarkRequest(workdir=str(tmp_path / "w2"), blob_dir=str(tmp_path / "b"),
-                                                    problem=problem, candidate=cand, baselines=["eager"], min_reps=10,
+    timed = run_stage("benchmark", BenchmarkRequest(workdir=str(tmp_path / "w2"), problem=problem, candidate=cand, baselines=["eager"], min_reps=10,
                                                     max_reps=20), "inline")
     assert timed.status == "ok", timed.message
 
@@ -200,11 +198,10 @@ def test_no_honest_source_breaks_a_static_rule():
 
 
 def test_compile_runs_the_static_checks(tmp_path: Path):
-    from kernelflow.stages import compile as compile_stage
     from kernelflow.stages.contracts import CompileRequest
 
-    result = compile_stage.run(CompileRequest(candidate=candidate("l2_persist"), problem=SOFTMAX,
-                                              workdir=str(tmp_path / "c"), blob_dir=str(tmp_path / "b")))
+    result = run_stage("compile", CompileRequest(candidate=candidate("l2_persist"), problem=SOFTMAX,
+                                              workdir=str(tmp_path / "c")))
     assert result.failure_kind == "cheat" and "l2_persistence" in result.message
 
 

@@ -1,15 +1,15 @@
 """The exploits that exist only on a GPU, and the honest candidates there (skipped without one): work hidden on a
 side stream, which the events around a call do not see; an honest torch and an honest Triton candidate passing
-every check on real launches. The fixture tables of tests/test_integrity.py run on the GPU there (its `device`
+every check on real launches. The fixture tables of tests/stages/harness/test_integrity.py run on the GPU there (its `device`
 parameter)."""
 
 from pathlib import Path
 
 from kernelflow.stages.contracts import BenchmarkRequest, Candidate, Origin, VerifyRequest
 from kernelflow.stages.executors.run import run_stage
-from tests.test_integrity import SOFTMAX, bench, needs_gpu, verify
+from tests.stages.harness.test_integrity import SOFTMAX, bench, needs_gpu, verify
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = needs_gpu
 
 
@@ -40,7 +40,7 @@ def test_an_honest_torch_candidate_passes_on_the_gpu(tmp_path: Path):
 def test_an_honest_triton_candidate_passes_on_the_gpu_in_stage_processes(tmp_path: Path):
     source = (ROOT / "prompts" / "examples" / "triton_softmax.py").read_text()
     cand = Candidate.make(SOFTMAX.id, "triton", source, Origin(kind="user", proposer="example"))
-    common = dict(problem=SOFTMAX, candidate=cand, device="cuda", blob_dir=str(tmp_path / "b"))
+    common = dict(problem=SOFTMAX, candidate=cand, device="cuda")
     checked = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "v"), sizes=["gpu"], trials=1, **common),
                         "subprocess")
     assert checked.status == "ok", checked.message

@@ -3,12 +3,11 @@ policy allows it, and fails a forward that computes with torch ops (stages/harne
 
 from pathlib import Path
 
-from kernelflow.artifacts.blobs import blob_path
 from kernelflow.stages.contracts import Candidate, Origin, Policy, Problem, VerifyRequest, VerifyResult
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
 ADD = load_problem(ROOT / "tests" / "fixtures" / "problems" / "add.py")
 TRITON_ADD = (ROOT / "tests" / "fixtures" / "candidates" / "triton_add.py").read_text()
@@ -87,7 +86,7 @@ class ModelNew(nn.Module):
 def verify(problem: Problem, source: str, tmp_path: Path, policy: Policy | None = None) -> VerifyResult:
     candidate = Candidate.make(problem.id, "triton" if "triton" in source else "torch", source,
                                Origin(kind="user", proposer="test"))
-    request = VerifyRequest(workdir=str(tmp_path / "work"), blob_dir=str(tmp_path / "blobs"), problem=problem,
+    request = VerifyRequest(workdir=str(tmp_path / "work"), problem=problem,
                             candidate=candidate, policy=policy, trials=2)
     return run_stage("verify", request, "inline")  # type: ignore[return-value]
 
@@ -115,7 +114,7 @@ def test_a_custom_op_hiding_torch_math_is_a_policy_violation(tmp_path: Path):
 
 def test_triton_candidate_passes_and_its_census_is_logged(tmp_path: Path):
     result = verify(ADD, TRITON_ADD, tmp_path)
-    log = blob_path(tmp_path / "blobs", result.blobs["verify_log"]).read_text()
+    log = (tmp_path / "work" / result.files["verify_log"]).read_text()
     assert result.status == "ok" and "cpu0: the forward dispatches" in log and "aten.empty_like x1" in log, result.message
 
 

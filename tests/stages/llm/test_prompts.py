@@ -21,7 +21,7 @@ from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.llm.prompts import EXAMPLES, PROMPTS, messages, render
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE_PROBLEMS = {"triton_softmax.py": "01_softmax", "cuda_silu.py": "09_silu",
                     "cute_gemm_scale_residual.py": "12_matmul_scale_residual"}
 
@@ -65,7 +65,7 @@ def test_examples_verify_and_are_timed(name: str, tmp_path: Path) -> None:
     problem = load_problem(ROOT / "problems" / f"{EXAMPLE_PROBLEMS[name]}.py")
     cand = Candidate.make(problem.id, backend, (PROMPTS / "examples" / name).read_text(),
                           Origin(kind="user", proposer="example"))
-    common = dict(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=problem, candidate=cand,
+    common = dict(workdir=str(tmp_path / "w"), problem=problem, candidate=cand,
                   device=device)
     checked = run_stage("verify", VerifyRequest(**common, sizes=[device] if device == "cpu" else ["cpu", "gpu"]))
     assert checked.status == "ok", checked.message
@@ -82,6 +82,5 @@ def test_the_triton_examples_looped_rows_verify(tmp_path: Path) -> None:
     assert "MAX_BLOCK = 16384" in source
     cand = Candidate.make(problem.id, "triton", source.replace("MAX_BLOCK = 16384", "MAX_BLOCK = 64"),
                           Origin(kind="user", proposer="example"))
-    checked = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"),
-                                                problem=problem, candidate=cand))
+    checked = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "w"), problem=problem, candidate=cand))
     assert checked.status == "ok", checked.message

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.stages import compile as compile_stage
 from kernelflow.stages.contracts import Candidate, CompileRequest, Origin, VerifyRequest
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.measure.tools import TOOLS
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("capture_ncu_fixtures", ROOT / "scripts" / "capture_ncu_fixtures.py")
 CAPTURE = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(CAPTURE)
@@ -36,11 +35,10 @@ def test_defect_is_a_correct_kernel(name: str, tmp_path: Path):
     source = candidate_path.read_text()
     if "load_inline" in source:  # runs only on a GPU; here its CUDA source must build for sm_90a
         cuda = Candidate.make(problem.id, "cuda", source, Origin(kind="user", proposer="defect"))
-        built = compile_stage.run(CompileRequest(candidate=cuda, problem=problem, workdir=str(tmp_path / "c"),
-                                                 blob_dir=str(tmp_path / "b")))
+        built = run_stage("compile", CompileRequest(candidate=cuda, problem=problem, workdir=str(tmp_path / "c")))
         assert built.status == "ok" and built.kernels, built.message
         return
     candidate = Candidate.make(problem.id, "triton", source, Origin(kind="user", proposer="defect"))
     result = run_stage("verify", VerifyRequest(problem=problem, candidate=candidate, workdir=str(tmp_path / "w"),
-                                               blob_dir=str(tmp_path / "b"), trials=2), "inline")
+                                               trials=2), "inline")
     assert result.status == "ok", result.message

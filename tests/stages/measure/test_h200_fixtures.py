@@ -18,7 +18,7 @@ from kernelflow.stages.contracts import Feedback
 from kernelflow.stages.measure import captured
 from kernelflow.stages.measure.tools import TOOLS, Evidence
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = sorted((ROOT / "tests" / "fixtures" / "ncu" / "h200").glob("*.json"))
 
 

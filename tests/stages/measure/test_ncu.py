@@ -8,7 +8,7 @@ from kernelflow.stages.contracts import Candidate, Origin, ProfileRequest
 from kernelflow.stages.measure import ncu as ncu_stage
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
 RAW_CSV = (ROOT / "tests" / "fixtures" / "ncu" / "raw.csv").read_text()
 
@@ -16,7 +16,7 @@ RAW_CSV = (ROOT / "tests" / "fixtures" / "ncu" / "raw.csv").read_text()
 def request(tmp_path: Path) -> ProfileRequest:
     source = (ROOT / "tests" / "fixtures" / "adversarial" / "good.py").read_text()
     candidate = Candidate.make(SOFTMAX.id, "torch", source, Origin(kind="user", proposer="fixture"))
-    return ProfileRequest(workdir=str(tmp_path / "w"), blob_dir=str(tmp_path / "b"), problem=SOFTMAX,
+    return ProfileRequest(workdir=str(tmp_path / "w"), problem=SOFTMAX,
                           candidate=candidate, device="cpu")
 
 
@@ -100,5 +100,5 @@ def test_ncu_run_retries_without_a_rejected_metric(tmp_path: Path, monkeypatch: 
     assert counters.reason == "" and counters.version == "2025.3.1.0 (build 1)"
     assert counters.notes == ["ncu rejected metrics ['sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active']: "
                               "profiled without them"]
-    assert [k.invocations for k in counters.kernels] == [2, 1] and {"ncu_rep", "ncu_log"} <= set(counters.blobs)
+    assert [k.invocations for k in counters.kernels] == [2, 1] and {"ncu_rep", "ncu_log"} <= set(counters.files)
     assert "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active" not in counters.kernels[0].metrics

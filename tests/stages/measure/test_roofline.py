@@ -18,7 +18,7 @@ from kernelflow.stages.measure.roofline import (
 )
 from kernelflow.stages.problems.kernelbench import load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 H200 = KNOWN_PEAKS["NVIDIA H200"]
 
 MATMUL = '''

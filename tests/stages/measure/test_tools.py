@@ -125,7 +125,7 @@ def test_tools_without_their_metrics_stay_quiet():
 
 
 def test_at_least_twelve_tools_each_in_its_own_file():
-    files = {p.stem for p in (Path(__file__).parents[1] / "stages" / "measure" / "tools").glob("*.py")} - {"__init__"}
+    files = {p.stem for p in (Path(__file__).parents[3] / "stages" / "measure" / "tools").glob("*.py")} - {"__init__"}
     assert len(TOOLS) >= 12 and files == set(TOOLS)
     assert all(t.__file__.endswith(f"{n}.py") and t.__doc__ for n, t in TOOLS.items())
 

@@ -7,7 +7,7 @@ import pytest
 from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.problems.kernelbench import check_runs, load_problem
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 SUITE = sorted((ROOT / "problems").glob("*.py"))
 BROKEN = {
     "no_model.py": "defines no class Model",

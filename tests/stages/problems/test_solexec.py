@@ -17,7 +17,7 @@ from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.problems.kernelbench import check_runs, import_problem, load_problem, workload_call
 from kernelflow.stages.problems.solexec import resolve, translate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "solexec"
 SOFTMAX = FIXTURES / "scaled_softmax"
 

@@ -65,7 +65,7 @@ def test_the_proposer_tries_the_parents_actions_first():
     from kernelflow.stages.contracts import GenerateRequest
     from kernelflow.stages.problems.kernelbench import load_problem
 
-    problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "09_silu.py")
+    problem = load_problem(Path(__file__).resolve().parents[3] / "problems" / "09_silu.py")
     parent = generate.run(GenerateRequest(problem=problem, n=1)).candidates[0]
     plain = generate.run(GenerateRequest(problem=problem, n=1, parent=parent, exclude_ids=[parent.id]))
     acted = generate.run(GenerateRequest(problem=problem, n=2, parent=parent, exclude_ids=[parent.id],

@@ -21,7 +21,7 @@ from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
 
-PROBLEMS = sorted(Path(__file__).resolve().parents[1].glob("problems/*.py"))
+PROBLEMS = sorted(Path(__file__).resolve().parents[3].glob("problems/*.py"))
 COVERED = {"01_softmax", "02_log_softmax", "03_layernorm", "04_rmsnorm", "05_gelu_tanh", "06_row_mean", "07_row_max",
            "08_matmul_fp32", "09_silu", "10_matmul_bf16", "11_linear_bias_gelu", "12_matmul_scale_residual",
            "13_conv2d_bias_relu_scale", "14_residual_layernorm", "15_add_rmsnorm", "16_swiglu_bf16",
@@ -264,7 +264,7 @@ def test_split_rows_only_where_partials_combine() -> None:
 
 
 def test_unmatched_problem_gets_no_candidate_and_every_familys_reason() -> None:
-    sort = Path(__file__).parent / "fixtures" / "problems" / "sort.py"
+    sort = Path(__file__).parents[2] / "fixtures" / "problems" / "sort.py"
     result = generate.run(GenerateRequest(problem=load_problem(sort), n=4))
     assert result.candidates == [] and "rowwise: unsupported op 'sort'" in result.message
     assert "scan: unsupported op 'sort'" in result.message

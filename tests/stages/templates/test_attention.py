@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from test_proposer_builtin import assert_matches
 
-from kernelflow.stages import compile as compile_stage
 from kernelflow.stages.contracts import Candidate, CompileRequest, Origin, Problem, VerifyRequest
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.problems.kernelbench import import_problem, load_problem
@@ -17,7 +16,7 @@ from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PROBLEM = ROOT / "problems" / "22_attention_bf16.py"
 FAMILY = TEMPLATES["attention"]
 SMALL = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}  # several row and key blocks at CPU sizes
@@ -86,7 +85,7 @@ def _candidate(problem: Problem, params: dict) -> Candidate:
 
 
 def verified(problem: Problem, cand: Candidate, tmp_path: Path) -> None:
-    req = VerifyRequest(workdir=str(tmp_path / "verify"), blob_dir=str(tmp_path / "blobs"), problem=problem,
+    req = VerifyRequest(workdir=str(tmp_path / "verify"), problem=problem,
                         candidate=cand)
     result = run_stage("verify", req, "inline")
     assert (result.status, result.trials_passed) == ("ok", 5 * len(problem.cpu_workloads)), result.message
@@ -127,8 +126,7 @@ def test_compiles_for_sm90_with_tensor_cores(workload: int, split_p: bool, tmp_p
     problem = load_problem(PROBLEM)
     problem = problem.model_copy(update={"gpu_workloads": problem.gpu_workloads[workload:]})
     plan = FAMILY.match(problem, trace(problem, import_problem(PROBLEM)))
-    compiled = compile_stage.run(CompileRequest(workdir=str(tmp_path / "compile"), blob_dir=str(tmp_path / "blobs"),
-                                                candidate=_candidate(problem, {**FAMILY.variants(plan)[0],
+    compiled = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=_candidate(problem, {**FAMILY.variants(plan)[0],
                                                                                "split_p": split_p}),
                                                 problem=problem))
     assert (compiled.status, compiled.mode) == ("ok", "ahead_of_time"), compiled.message
@@ -165,8 +163,7 @@ def test_split_p_rounds_the_probabilities_less(tmp_path: Path) -> None:
     problem = load_problem(PROBLEM)
     worst = {}
     for split in (False, True):
-        req = VerifyRequest(workdir=str(tmp_path / f"verify{split}"), blob_dir=str(tmp_path / "blobs"),
-                            problem=problem, candidate=_candidate(problem, {**SMALL, "split_p": split}))
+        req = VerifyRequest(workdir=str(tmp_path / f"verify{split}"), problem=problem, candidate=_candidate(problem, {**SMALL, "split_p": split}))
         result = run_stage("verify", req, "inline")
         assert result.status == "ok", result.message
         worst[split] = result.max_err_ratio

@@ -22,9 +22,9 @@ from kernelflow.stages.contracts import GenerateRequest
 from kernelflow.stages.harness import launches
 from kernelflow.stages.problems.kernelbench import load_problem
 from kernelflow.stages.templates import launch
-from tests.test_integrity import needs_gpu
+from tests.stages.harness.test_integrity import needs_gpu
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _helper() -> dict:

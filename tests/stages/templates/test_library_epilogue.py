@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.stages import compile as compile_stage
 from kernelflow.stages import generate
 from kernelflow.stages.contracts import (
     Candidate,
@@ -24,7 +23,7 @@ from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 FAMILY = TEMPLATES["library_epilogue"]
 # What each problem's candidate calls in the library (the rest is the _kf_epilogue kernel).
 LIBRARY_CALLS = {
@@ -111,7 +110,7 @@ def candidate(problem: Problem, params: dict | None = None) -> Candidate:
 
 
 def verified(problem: Problem, cand: Candidate, tmp_path: Path) -> None:
-    req = VerifyRequest(workdir=str(tmp_path / "verify"), blob_dir=str(tmp_path / "blobs"), problem=problem,
+    req = VerifyRequest(workdir=str(tmp_path / "verify"), problem=problem,
                         candidate=cand)
     result = run_stage("verify", req, "inline")
     assert (result.status, result.trials_passed) == ("ok", 5 * len(problem.cpu_workloads)), result.message
@@ -122,8 +121,7 @@ def test_candidate_compiles_for_sm90_and_verifies_on_cpu(stem: str, tmp_path: Pa
     problem = problem_at(stem)
     cand = candidate(problem)
     assert all(f"= {call}" in cand.source for call in LIBRARY_CALLS[stem]) and "cat(" not in cand.source
-    compiled = compile_stage.run(CompileRequest(workdir=str(tmp_path / "compile"), blob_dir=str(tmp_path / "blobs"),
-                                                candidate=cand, problem=problem))
+    compiled = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=cand, problem=problem))
     assert (compiled.status, compiled.mode) == ("ok", "ahead_of_time"), compiled.message
     assert [k.name.split(".")[0] for k in compiled.kernels] == ["_kf_epilogue"] and compiled.kernels[0].registers > 0
     assert compiled.library_calls and set(compiled.library_calls) <= {"aten.mm", "aten.addmm", "aten.convolution"}

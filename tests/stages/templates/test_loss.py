@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.artifacts.blobs import get_bytes
-from kernelflow.stages import compile as compile_stage
 from kernelflow.stages.contracts import Candidate, CompileRequest, Origin, Problem, VerifyRequest
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.measure.roofline import count_work
@@ -17,9 +15,9 @@ from kernelflow.stages.problems.kernelbench import import_problem, load_problem
 from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import Plan, TemplateMismatch
-from tests.test_proposer_builtin import assert_matches
+from tests.stages.proposers.test_proposer_builtin import assert_matches
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 FAMILY = TEMPLATES["loss"]
 KERNELS = {"20_mse_loss": ["_kf_loss_partial", "_kf_loss_combine"],
            "21_cross_entropy": ["_kf_ce_partial", "_kf_ce_combine"]}
@@ -112,11 +110,11 @@ def candidate(problem: Problem, params: dict) -> Candidate:
 
 
 def verified(problem: Problem, cand: Candidate, tmp_path: Path) -> None:
-    req = VerifyRequest(workdir=str(tmp_path / "verify"), blob_dir=str(tmp_path / "blobs"), problem=problem,
+    req = VerifyRequest(workdir=str(tmp_path / "verify"), problem=problem,
                         candidate=cand)
     result = run_stage("verify", req, "inline")
     assert (result.status, result.trials_passed) == ("ok", 5 * len(problem.cpu_workloads)), result.message
-    log = get_bytes(tmp_path / "blobs", result.blobs["verify_log"]).decode()
+    log = (tmp_path / "verify" / result.files["verify_log"]).read_text()
     assert "differs bitwise" not in log and "ok, error ratio" in log  # the second call gave the same bits
 
 
@@ -131,8 +129,7 @@ def test_every_variant_and_small_tiles_match_the_reference(stem: str, tmp_path: 
 def test_compiles_for_sm90_ahead_of_time_and_verifies(stem: str, tmp_path: Path) -> None:
     problem = problem_at(stem)
     cand = candidate(problem, FAMILY.variants(plan_of(problem))[0])
-    compiled = compile_stage.run(CompileRequest(workdir=str(tmp_path / "compile"), blob_dir=str(tmp_path / "blobs"),
-                                                candidate=cand, problem=problem))
+    compiled = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=cand, problem=problem))
     assert (compiled.status, compiled.mode) == ("ok", "ahead_of_time"), compiled.message
     assert sorted(k.name.split(".")[0] for k in compiled.kernels) == sorted(KERNELS[stem])
     assert all(k.registers > 0 for k in compiled.kernels) and not compiled.library_calls

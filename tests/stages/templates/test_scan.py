@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.stages import compile as compile_stage
 from kernelflow.stages import generate
 from kernelflow.stages.contracts import (
     Candidate,
@@ -23,9 +22,9 @@ from kernelflow.stages.problems.kernelbench import import_problem, load_problem,
 from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
-from tests.test_proposer_builtin import assert_matches
+from tests.stages.proposers.test_proposer_builtin import assert_matches
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 FAMILY = TEMPLATES["scan"]
 CUMSUM = ROOT / "problems" / "19_cumsum.py"
 
@@ -113,8 +112,7 @@ def test_looped_and_multi_row_kernels_match(name: str, params: dict, tmp_path: P
 
 
 def compiled(problem: Problem, cand: Candidate, tmp_path: Path) -> list[str]:
-    res = compile_stage.run(CompileRequest(workdir=str(tmp_path / "compile"), blob_dir=str(tmp_path / "blobs"),
-                                           candidate=cand, problem=problem))
+    res = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=cand, problem=problem))
     assert (res.status, res.mode) == ("ok", "ahead_of_time"), res.message
     assert all(k.registers > 0 for k in res.kernels) and not res.library_calls
     return [k.name.split(".")[0] for k in res.kernels]
@@ -127,7 +125,7 @@ def test_19_compiles_for_sm90_ahead_of_time_and_verifies(params: dict, kernel: s
     problem = load_problem(CUMSUM)
     cand = candidate(CUMSUM, params)
     assert compiled(problem, cand, tmp_path) == [kernel]
-    req = VerifyRequest(workdir=str(tmp_path / "verify"), blob_dir=str(tmp_path / "blobs"), problem=problem,
+    req = VerifyRequest(workdir=str(tmp_path / "verify"), problem=problem,
                         candidate=cand)
     result = run_stage("verify", req, "inline")
     assert (result.status, result.trials_passed) == ("ok", 5 * len(problem.cpu_workloads)), result.message
