@@ -20,3 +20,10 @@ def prefect_harness():
 
     with prefect_test_harness():
         yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that starts Prefect (the prefect_harness fixture) runs a flow end to end: it is slow (pyproject.toml)."""
+    for item in items:
+        if "prefect_harness" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

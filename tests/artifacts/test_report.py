@@ -19,6 +19,8 @@ from kernelflow.flows.config import RunConfig
 from kernelflow.stages.contracts import ProfileResult
 from tests.browser import browser, watch
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 H200_PROFILES = sorted((ROOT / "bench" / "profiles").glob("*.json"))
 

@@ -31,6 +31,8 @@ from kernelflow.stages.contracts import (
     VerifyResult,
 )
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 BROKEN = ROOT / "tests" / "fixtures" / "broken_problems" / "import_error.py"
 # regression_floor 0.9, a 90% band (the default 5% is for GPUs): on CPU, Triton's interpreter against eager's C++

@@ -41,6 +41,8 @@ from tests.prefect_server import prefect_server
 from tests.s3_fixtures import candidate as s3_candidate
 from tests.s3_fixtures import checked, keys
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 SILU = str(ROOT / "problems" / "09_silu.py")
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the lead runs it on the H200)")

@@ -13,6 +13,8 @@ from kernelflow.artifacts.store import Store
 from kernelflow.cli import main as cli
 from kernelflow.flows.config import RunConfig
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -25,6 +25,7 @@ def held_for(store: Path, key: str, seconds: float, monkeypatch: pytest.MonkeyPa
 
 
 def test_same_gpu_waits_other_gpu_does_not(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(lock_module.torch.cuda, "is_available", lambda: True)  # two GPUs, named by gpu_key below
     holder = held_for(tmp_path, "gpu-A", 1.0, monkeypatch)
     started = time.monotonic()
     with lock_module.gpu_lock(tmp_path, "cuda"):  # gpu-A again: waits for the holder
@@ -37,3 +38,9 @@ def test_same_gpu_waits_other_gpu_does_not(tmp_path: Path, monkeypatch: pytest.M
         waited_other = time.monotonic() - started
     holder.join()
     assert waited_same > 0.5 and waited_other < 0.5
+
+
+def test_a_cpu_call_or_a_machine_without_a_gpu_takes_no_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(lock_module.torch.cuda, "is_available", lambda: False)
+    with lock_module.gpu_lock(tmp_path, "cuda"), lock_module.gpu_lock(tmp_path, "cpu"):
+        assert not (tmp_path / "locks").exists()  # the stage itself says there is no GPU

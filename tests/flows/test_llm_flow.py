@@ -9,9 +9,12 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from fake_openai import FakeOpenAI, Scripted
 
 from kernelflow.flows.config import LLMLimits, RunConfig
+
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
 
 ROOT = Path(__file__).resolve().parents[2]
 SILU = str(ROOT / "problems" / "09_silu.py")

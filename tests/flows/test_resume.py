@@ -13,6 +13,8 @@ import pytest
 from kernelflow.artifacts.store import Store
 from kernelflow.flows.config import LLMLimits, RunConfig
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 SILU = str(ROOT / "problems" / "09_silu.py")
 

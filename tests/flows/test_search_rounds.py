@@ -38,6 +38,8 @@ from kernelflow.stages.errors import StopSearch
 from kernelflow.stages.problems.kernelbench import load_problem
 from kernelflow.stages.proposers import PROPOSERS
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 SILU = Path(__file__).resolve().parents[2] / "problems" / "09_silu.py"
 
 

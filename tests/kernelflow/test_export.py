@@ -35,6 +35,8 @@ from tests.artifacts.test_problem_runs import parts_read
 from tests.flows.test_campaign import recording
 from tests.kernelflow.test_cli import kf
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = "17_elementwise_chain"
 GPU_RUN = "gpu-run"

@@ -30,6 +30,8 @@ from kernelflow.flows.suite import Dispatch, load_suite
 from kernelflow.stages.errors import KernelflowError
 from tests.prefect_server import prefect_server, stop
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
 CLI = [sys.executable, "-m", "kernelflow.cli"]

@@ -17,6 +17,8 @@ from kernelflow.artifacts.store import Store
 from tests.browser import browser, chromium, watch
 from tests.prefect_server import prefect_server
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN_404 = {"/ico/undefined.svg"}  # Prefect 3.9.1's UI asks for an icon it names `undefined`; nothing of ours
 

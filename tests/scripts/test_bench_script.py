@@ -6,8 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from kernelflow.stages.problems.kernelbench import load_problem
 from tests.flows.test_flow import ROOT, bench_script
+
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
 
 
 def current_09(bench) -> dict:

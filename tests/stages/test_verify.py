@@ -50,6 +50,7 @@ def verify(name: str, tmp_path: Path, mode: str):
     return run_stage("verify", request, mode)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_verdict_in_subprocess(name: str, tmp_path: Path):
     result = verify(name, tmp_path, "subprocess")
@@ -62,6 +63,7 @@ def test_verdict_inline_matches(name: str, tmp_path: Path):
     assert verify(name, tmp_path, "inline").failure_kind == EXPECTED[name]
 
 
+@pytest.mark.slow
 def test_an_inline_verify_waits_for_a_trace_in_another_thread(tmp_path: Path):
     """While torch.fx traces, nn.Module.__call__ is the tracer's in every thread (stages/problems/fx_trace.py): a reference
     called then raised "module is not installed as a submodule" (a CI run, multi-agent search, inline stages). The
@@ -151,6 +153,7 @@ def test_an_inline_stage_leaves_no_candidate_module_behind(tmp_path: Path, monke
     assert not [f for f in files if f in linecache.cache]
 
 
+@pytest.mark.slow
 def test_a_verify_process_does_not_load_dynamo(tmp_path: Path):
     """Dynamo's import (torch._dynamo, through torch._inductor.config or torch's wrapper of a dispatch mode) was
     3.8 of a verify's 6.6 s on the H200's host; nothing a verification does needs it (BENCHMARKS.md, "Stage process

@@ -30,6 +30,7 @@ def made(req: CompileRequest, res: CompileResult, name: str) -> bytes:
     return (Path(req.workdir) / res.files[name]).read_bytes()
 
 
+@pytest.mark.slow
 def test_triton_add_compiles_ahead_of_time_for_sm90(tmp_path):
     res, req = compile_fixture(tmp_path, "triton_add", "triton")
     assert (res.status, res.mode, [k.name for k in res.kernels]) == ("ok", "ahead_of_time", ["add_kernel"]), res.message
@@ -40,18 +41,21 @@ def test_triton_add_compiles_ahead_of_time_for_sm90(tmp_path):
     assert res.toolchain["triton"] and res.toolchain["torch"] and res.defined == ["add_kernel"]
 
 
+@pytest.mark.slow
 def test_triton_without_problem_checks_statically(tmp_path):
     res, _ = compile_fixture(tmp_path, "triton_add", "triton", with_problem=False)
     assert (res.status, res.mode, res.kernels) == ("ok", "on_gpu_worker", []) and "add_kernel" in res.message
     assert res.defined == ["add_kernel"]  # the module's own kernels, known before any launch
 
 
+@pytest.mark.slow
 def test_triton_type_error_in_kernel_is_compile_error_with_log(tmp_path):
     res, req = compile_fixture(tmp_path, "triton_type_error", "triton")
     assert (res.status, res.failure_kind) == ("failed", "compile_error")
     assert "invalid operands" in made(req, res, "log").decode()
 
 
+@pytest.mark.slow
 def test_triton_candidate_that_does_not_import_is_import_error(tmp_path):
     source = (FIXTURES / "candidates" / "triton_add.py").read_text().replace("class ModelNew", "class ModelNew(:")
     candidate = Candidate.make("add", "triton", source, Origin(kind="user", proposer="fixture"))
@@ -59,6 +63,7 @@ def test_triton_candidate_that_does_not_import_is_import_error(tmp_path):
     assert (res.status, res.failure_kind) == ("failed", "import_error") and "SyntaxError" in res.message
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_relu_builds_ptx_cubin_sass_for_inspection(tmp_path):
     res, req = compile_fixture(tmp_path, "cuda_relu", "cuda", with_problem=False)
@@ -71,6 +76,7 @@ def test_cuda_relu_builds_ptx_cubin_sass_for_inspection(tmp_path):
     assert res.toolchain["nvcc"].startswith("Cuda compilation tools")
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_syntax_error_is_compile_error_with_nvcc_log(tmp_path):
     res, req = compile_fixture(tmp_path, "cuda_syntax_error", "cuda", with_problem=False)
@@ -113,6 +119,7 @@ def test_without_nvcc_the_cuda_backend_is_off_with_the_reason(tmp_path, monkeypa
     assert (res.status, res.failure_kind) == ("failed", "unavailable") and "nvcc not found" in res.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("header", "verdict"), [("relu_helpers.cuh", ("failed", "compile_error")),
                                                   ("cutlass/not_a_real_cutlass_header.h", ("ok", None))])
 def test_only_library_headers_are_left_to_the_gpu_worker(tmp_path, header, verdict):

@@ -27,6 +27,7 @@ def request(tmp_path: Path, source: str = EXAMPLE) -> CompileRequest:
     return CompileRequest(workdir=str(tmp_path / "w"), candidate=candidate)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_the_example_builds_for_sm90a_with_registers_sass_and_no_spills(tmp_path):
     res = run_stage("compile", req := request(tmp_path))
@@ -39,6 +40,7 @@ def test_the_example_builds_for_sm90a_with_registers_sass_and_no_spills(tmp_path
     assert res.toolchain["cutlass"] == headers.version() and headers.include_dirs()[0] in res.toolchain["cutlass"]
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_a_cute_syntax_error_is_a_compile_error_with_nvcc_log(tmp_path):
     res = run_stage("compile", req := request(tmp_path, EXAMPLE.replace("clear(acc);", "clear(acc)", 1)))
@@ -47,6 +49,7 @@ def test_a_cute_syntax_error_is_a_compile_error_with_nvcc_log(tmp_path):
     assert f"-I{headers.include_dirs()[0]} " in log and "error" in log  # nvcc's line, on the CUTLASS headers
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_a_missing_cute_header_is_the_candidates_error_here(tmp_path):
     """With the headers on this machine, a cute/ header that does not exist is a typo, not a deferred build."""

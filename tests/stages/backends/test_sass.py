@@ -63,6 +63,7 @@ def _compile(tmp_path: Path, name: str, backend: str, with_problem: bool) -> dic
     return {k.name: k.sass for k in res.kernels}
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_relu_stats_have_global_traffic_and_no_tensor_cores_or_local_memory(tmp_path):
     [(name, s)] = _compile(tmp_path, "cuda_relu", "cuda", with_problem=False).items()
@@ -71,6 +72,7 @@ def test_cuda_relu_stats_have_global_traffic_and_no_tensor_cores_or_local_memory
     assert (s["tensor_core_instructions"], s["local_loads"], s["local_stores"]) == (0, 0, 0)
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_float4_copy_counts_128_bit_global_loads(tmp_path):
     [s] = _compile(tmp_path, "cuda_vec4_copy", "cuda", with_problem=False).values()
@@ -78,6 +80,7 @@ def test_cuda_float4_copy_counts_128_bit_global_loads(tmp_path):
     assert s["global_load_width_bits_mean"] == 128.0
 
 
+@pytest.mark.slow
 def test_triton_add_stats_from_ahead_of_time_build(tmp_path):
     s = _compile(tmp_path, "triton_add", "triton", with_problem=True)["add_kernel"]
     assert s is not None and s["global_loads_total"] >= 2 and s["global_stores_total"] >= 1

@@ -29,6 +29,8 @@ from kernelflow.stages.executors.docker import FINGERPRINT_LABEL, FINGERPRINTED,
 from kernelflow.stages.executors.run import run_stage
 from tests.stages.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[3]
 IMAGE = os.environ.get("KERNELFLOW_TEST_IMAGE", "kernelflow-cpu")
 DOCKER = Docker(image=IMAGE, mem_limit="2g", tmp_size="1g")

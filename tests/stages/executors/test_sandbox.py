@@ -92,6 +92,7 @@ while True:
 '''
 
 
+@pytest.mark.slow
 def test_burning_cpu_past_the_limit_is_a_timeout_for_the_process_and_its_children(tmp_path: Path):
     started = time.perf_counter()
     result, _ = run_probe(tmp_path, CPU_BURN, Sandbox(cpu_cores=0, cpu_margin_s=3), timeout_s=120)
@@ -203,6 +204,7 @@ def evading(code: str) -> str:
             f"[_s.executable, '-c', bytes.fromhex('{code.encode().hex()}').decode()], check=True)\n")
 
 
+@pytest.mark.slow
 def test_a_verify_call_carries_its_sandbox_record(tmp_path: Path, monkeypatch, server):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-leak")
     source = (FIXTURES / "good.py").read_text() + evading(PROBE_CHILD.replace("PORT", str(server.getsockname()[1])))
@@ -224,6 +226,7 @@ with _tf.NamedTemporaryFile(mode="w", suffix=".log") as _log:  # what Triton doe
 '''
 
 
+@pytest.mark.slow
 def test_a_named_log_in_the_stage_temp_dir_is_the_candidates_to_write(tmp_path: Path):
     """The stage's temp dir lies in its work dir, where the harness keeps `<stage>.log`: only that name is the
     harness's. (On the H200 every Triton candidate in a subprocess stage was called a cheat for its ptxas log.)"""

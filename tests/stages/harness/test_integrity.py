@@ -111,6 +111,7 @@ def test_verify_calls_each_cheat_a_cheat(name: str, device: str, tmp_path: Path)
     assert (result.failure_kind, VERIFY_CHEATS[name] in result.message) == ("cheat", True), result.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(SUBPROCESS_CHEATS))
 def test_cheats_that_outlive_the_candidate_are_caught_in_their_own_process(name: str, device: str, tmp_path: Path):
@@ -149,6 +150,7 @@ def test_honest_torch_candidates_pass_verify_and_benchmark(name: str, tmp_path: 
     assert result.status == "ok" and result.recheck_passed, result.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["prompts/examples/triton_softmax.py", "tests/fixtures/candidates/triton_add.py"])
 def test_honest_triton_candidates_pass_every_check(path: str, tmp_path: Path):
     problem = load_problem(ROOT / ("problems/01_softmax.py" if "softmax" in path else "tests/fixtures/problems/add.py"))
@@ -186,6 +188,7 @@ def test_static_rules_follow_the_policy():
     assert static_checks.findings("from kernelflow.stages.backends.cutlass import include_dirs", SOFTMAX) == []  # cute's header finder
 
 
+@pytest.mark.slow
 def test_no_honest_source_breaks_a_static_rule():
     """Every builtin proposal for every problem, the prompts' examples, the candidate and defect fixtures."""
     sources = [c.source for p in sorted((ROOT / "problems").glob("*.py"))
@@ -197,6 +200,7 @@ def test_no_honest_source_breaks_a_static_rule():
     assert len(sources) > 100 and [s[:200] for s in sources if static_checks.findings(s)] == []
 
 
+@pytest.mark.slow
 def test_compile_runs_the_static_checks(tmp_path: Path):
     from kernelflow.stages.contracts import CompileRequest
 

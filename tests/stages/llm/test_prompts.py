@@ -56,6 +56,7 @@ def test_every_example_file_is_offered_and_has_a_problem() -> None:
     assert files == {name for names in EXAMPLES.values() for name in names} == set(EXAMPLE_PROBLEMS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXAMPLE_PROBLEMS))
 def test_examples_verify_and_are_timed(name: str, tmp_path: Path) -> None:
     backend = next(b for b, names in EXAMPLES.items() if name in names)
@@ -75,6 +76,7 @@ def test_examples_verify_and_are_timed(name: str, tmp_path: Path) -> None:
     assert timed.status == "ok" and timed.speedup_vs_eager is not None, timed.message
 
 
+@pytest.mark.slow
 def test_the_triton_examples_looped_rows_verify(tmp_path: Path) -> None:
     """The CPU shapes fit one block; with 64-wide blocks they take the two-pass path for long rows."""
     problem = load_problem(ROOT / "problems" / "01_softmax.py")

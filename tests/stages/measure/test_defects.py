@@ -14,6 +14,8 @@ from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.measure.tools import TOOLS
 from kernelflow.stages.problems.kernelbench import load_problem
 
+pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
+
 ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("capture_ncu_fixtures", ROOT / "scripts" / "capture_ncu_fixtures.py")
 CAPTURE = importlib.util.module_from_spec(_spec)

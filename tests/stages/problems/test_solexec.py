@@ -65,6 +65,7 @@ def kf(*args: str, cache: Path, store: Path) -> subprocess.CompletedProcess:
                           env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_verify_on_cpu_passes_a_correct_candidate_and_fails_a_wrong_one(tmp_path: Path, cache: Path):
     good = kf("verify", str(SOFTMAX), str(FIXTURES / "good_triton.py"), "--device", "cpu", cache=cache,
               store=tmp_path)

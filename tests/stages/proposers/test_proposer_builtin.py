@@ -75,6 +75,7 @@ def looped(stem: str, params: dict | None = None) -> tuple[Path, Problem, Module
     return rendered(stem, "rowwise", params or LOOPED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", ["01_softmax", "03_layernorm", "06_row_mean", "14_residual_layernorm", "15_add_rmsnorm",
                                   "18_scaled_bias_softmax"])
 def test_looped_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Path) -> None:
@@ -143,6 +144,7 @@ print(json.dumps(loads))
 """
 
 
+@pytest.mark.slow
 def test_elementwise_full_blocks_load_four_floats_at_once_on_sm90(tmp_path: Path) -> None:
     """Compiled for sm_90 here (Triton lowers to PTX without a GPU), with an element count Triton cannot assume
     divisible by 16 (05 gpu1's 8191 x 32771): the masked kernel loads one float at a time, the EVEN one four. In a
@@ -185,6 +187,7 @@ def test_looped_kernel_walks_a_softmax_or_layernorm_row_twice(stem: str) -> None
     assert source[source.index("def _kf_row_looped"):].count("while start <") == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", ["03_layernorm", "14_residual_layernorm"])
 def test_looped_layernorm_variance_keeps_its_accuracy_far_from_zero(stem: str, tmp_path: Path) -> None:
     """Rows of 1e4 + N(0, 1) against a float64 reference: a variance from E[x^2] - mean^2 in fp32 would lose it to
@@ -203,6 +206,7 @@ def test_looped_layernorm_variance_keeps_its_accuracy_far_from_zero(stem: str, t
         torch.testing.assert_close(out.double(), ref, rtol=0, atol=5e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", ["01_softmax", "02_log_softmax", "18_scaled_bias_softmax"])
 def test_looped_softmax_matches_torch_on_infinities_and_nan(stem: str, tmp_path: Path) -> None:
     """The online max and sum match torch on rows with -inf entries, -inf lanes and a growing maximum, and give

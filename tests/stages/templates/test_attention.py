@@ -91,6 +91,7 @@ def verified(problem: Problem, cand: Candidate, tmp_path: Path) -> None:
     assert (result.status, result.trials_passed) == ("ok", 5 * len(problem.cpu_workloads)), result.message
 
 
+@pytest.mark.slow
 def test_every_variant_matches_the_reference(tmp_path: Path) -> None:
     problem = load_problem(PROBLEM)
     plan = FAMILY.match(problem, trace(problem, import_problem(PROBLEM)))
@@ -99,6 +100,7 @@ def test_every_variant_matches_the_reference(tmp_path: Path) -> None:
         assert_matches(_candidate(problem, params), PROBLEM, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SYNTHETIC))
 def test_written_out_forms_and_dtypes_match(name: str, tmp_path: Path) -> None:
     source, causal = SYNTHETIC[name]
@@ -118,6 +120,7 @@ def test_a_kernel_without_the_causal_mask_fails(tmp_path: Path) -> None:
         assert_matches(broken, PROBLEM, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split_p", [False, True])
 @pytest.mark.parametrize("workload", [0, 1])
 def test_compiles_for_sm90_with_tensor_cores(workload: int, split_p: bool, tmp_path: Path) -> None:
@@ -136,6 +139,7 @@ def test_compiles_for_sm90_with_tensor_cores(workload: int, split_p: bool, tmp_p
     assert not compiled.library_calls
 
 
+@pytest.mark.slow
 def test_verifies_inline(tmp_path: Path) -> None:
     problem = load_problem(PROBLEM)
     plan = FAMILY.match(problem, trace(problem, import_problem(PROBLEM)))
@@ -157,6 +161,7 @@ def test_declines_other_problems(stem: str) -> None:
         FAMILY.match(problem, trace(problem, import_problem(problem.path)))
 
 
+@pytest.mark.slow
 def test_split_p_rounds_the_probabilities_less(tmp_path: Path) -> None:
     """The second operand carries p's bf16 rounding error: the worst error over the CPU workloads falls (there the
     output's own bf16 rounding, ~0.2x the tolerance, is a floor both share)."""

@@ -116,6 +116,7 @@ def verified(problem: Problem, cand: Candidate, tmp_path: Path) -> None:
     assert (result.status, result.trials_passed) == ("ok", 5 * len(problem.cpu_workloads)), result.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(LIBRARY_CALLS))
 def test_candidate_compiles_for_sm90_and_verifies_on_cpu(stem: str, tmp_path: Path) -> None:
     problem = problem_at(stem)
@@ -128,6 +129,7 @@ def test_candidate_compiles_for_sm90_and_verifies_on_cpu(stem: str, tmp_path: Pa
     verified(problem, cand, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(LIBRARY_CALLS))
 def test_small_blocks_verify(stem: str, tmp_path: Path) -> None:
     """BLOCK 16: several programs and a ragged last one at the CPU sizes."""

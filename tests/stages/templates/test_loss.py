@@ -125,6 +125,7 @@ def test_every_variant_and_small_tiles_match_the_reference(stem: str, tmp_path: 
         assert_matches(candidate(problem, params), Path(problem.path), tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(KERNELS))
 def test_compiles_for_sm90_ahead_of_time_and_verifies(stem: str, tmp_path: Path) -> None:
     problem = problem_at(stem)
@@ -137,12 +138,14 @@ def test_compiles_for_sm90_ahead_of_time_and_verifies(stem: str, tmp_path: Path)
     verified(problem, cand, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", sorted(KERNELS))
 def test_small_tiles_verify(stem: str, tmp_path: Path) -> None:
     problem = problem_at(stem)
     verified(problem, candidate(problem, SMALL[stem][0]), tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SUPPORTED))
 def test_other_losses_and_sums_verify(name: str, tmp_path: Path) -> None:
     problem = synthetic(tmp_path, name, *SUPPORTED[name])

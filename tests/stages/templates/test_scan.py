@@ -88,6 +88,7 @@ def candidate(path: Path, params: dict) -> Candidate:
     return Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="scan", params=params))
 
 
+@pytest.mark.slow
 def test_19_gets_scan_candidates_only_and_every_variant_matches(tmp_path: Path) -> None:
     result = generate.run(GenerateRequest(problem=load_problem(CUMSUM), n=100))
     assert result.candidates and {c.origin.proposer for c in result.candidates} == {"scan"}
@@ -118,6 +119,7 @@ def compiled(problem: Problem, cand: Candidate, tmp_path: Path) -> list[str]:
     return [k.name.split(".")[0] for k in res.kernels]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("params", "kernel"), [({"num_warps": 8, "max_block_d": 8192}, "_kf_scan_resident"),
                                                 ({"num_warps": 8, "max_block_d": 2048}, "_kf_scan_looped")])
 def test_19_compiles_for_sm90_ahead_of_time_and_verifies(params: dict, kernel: str, tmp_path: Path) -> None:
@@ -131,6 +133,7 @@ def test_19_compiles_for_sm90_ahead_of_time_and_verifies(params: dict, kernel: s
     assert (result.status, result.trials_passed) == ("ok", 5 * len(problem.cpu_workloads)), result.message
 
 
+@pytest.mark.slow
 def test_cumprod_and_cummax_rows_kernels_compile_for_sm90(tmp_path: Path) -> None:
     """A narrow first GPU shape: several rows per program, the product and maximum combine functions compiled."""
     for forward in (SYNTHETIC["cumprod"], SYNTHETIC["cummax_values"]):
