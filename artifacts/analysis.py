@@ -39,7 +39,7 @@ def load(store: Store, table: str, run_id: str | Sequence[str] | None = None) ->
     return frame
 
 
-def resolve(store: Store, runs: Sequence[str] = (), campaign: str | None = None) -> list[str]:
+def resolve_runs(store: Store, runs: Sequence[str] = (), campaign: str | None = None) -> list[str]:
     """Run ids from the command line: ids, 'latest' (the last started run), or a campaign: 'all' (every run in the
     store), a campaign id (the runs the campaign flow recorded, artifacts/campaigns.py) or comma-separated run ids.
     Unknown ids raise with the list of known ones."""

@@ -40,7 +40,7 @@ def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
                 latest = group.drop_duplicates("workload", keep="last").sort_values("workload")
                 rows[cid]["median_us"] = "/".join(f"{m:.1f}" for m in latest.median_us)
     won = winner(store, run_id)
-    base = baselines(store, run_id)
+    base = baseline_medians(store, run_id)
     seeds = won.baselines if won else {}
     for name, speedup in seeds.items():
         medians = "/".join(f"{m:.1f}" for m in base.loc[name].dropna()) if name in base.index else None
@@ -55,7 +55,7 @@ def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
     return frame[COLUMNS]
 
 
-def baselines(store: Store, run_id: str) -> pd.DataFrame:
+def baseline_medians(store: Store, run_id: str) -> pd.DataFrame:
     """Median baseline times per workload over the run (each benchmark call re-times them)."""
     frame = store.read("baselines", run_id)
     if frame.empty:
@@ -63,5 +63,5 @@ def baselines(store: Store, run_id: str) -> pd.DataFrame:
     return frame.groupby(["contender", "workload"], observed=True).median_us.median().unstack("workload")
 
 
-def render(board: pd.DataFrame) -> str:
+def render_board(board: pd.DataFrame) -> str:
     return board.to_string(index=False, na_rep="-", max_colwidth=40) if not board.empty else "(no candidates)"

@@ -30,7 +30,7 @@ def partition(problem_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", problem_id)[:200] or "_"
 
 
-def complete(store: Store) -> bool:
+def index_complete(store: Store) -> bool:
     return not store.read(TABLE, COMPLETE).empty
 
 
@@ -44,7 +44,7 @@ def index(store: Store, problem_id: str, run_id: str) -> None:
     """Index a new run of the problem. The first run to index on a store also indexes every run already there (one
     whole scan: a store from before this table, or an empty one) and then marks the index complete; a crash before
     the mark leaves the scan to the next run (rows indexed twice are read once)."""
-    backfill = not complete(store)
+    backfill = not index_complete(store)
     rows: dict[str, list[ProblemRun]] = defaultdict(list)
     for problem, run in sorted({(problem_id, run_id)} | (_scan(store) if backfill else set())):
         rows[partition(problem)].append(ProblemRun(problem_id=problem, run=run))
@@ -57,7 +57,7 @@ def index(store: Store, problem_id: str, run_id: str) -> None:
 def runs_of(store: Store, problem_id: str) -> list[str]:
     """The problem's runs, sorted: its partition alone. A store no run has indexed yet (written before this table)
     has no index to trust: there the runs, benchmarks and baselines tables are read whole, as they were before it."""
-    if not complete(store):
+    if not index_complete(store):
         return sorted(run for problem, run in _scan(store) if problem == problem_id)
     rows = store.read(TABLE, partition(problem_id))
     return sorted(set(rows.run[rows.problem_id == problem_id])) if not rows.empty else []

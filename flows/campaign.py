@@ -41,7 +41,7 @@ from kernelflow.artifacts.campaigns import (
 )
 from kernelflow.artifacts.store import Store
 from kernelflow.flows.dispatch import Done, Job, deployments, local
-from kernelflow.flows.regression import check
+from kernelflow.flows.regression import check_regression
 from kernelflow.flows.run import new_run_id
 from kernelflow.flows.suite import Entry, Suite, load_suite
 from kernelflow.stages.measure.provenance import code_version
@@ -61,7 +61,7 @@ def campaign(suite_path: str, store: str | None = None, dispatch: Literal["local
     record = start(where, suite)
     print(f"campaign {record.campaign_id}: {len(suite.problems)} problems of suite {suite.name} "
           f"({suite.dispatch.mode}), store {where.location}")
-    plans = [plan(where, suite, record.campaign_id, entry) for entry in suite.problems]
+    plans = [plan_entry(where, suite, record.campaign_id, entry) for entry in suite.problems]
     jobs, planned = [job for job, _ in plans], {row.entry: row for _, row in plans}
     progress = cast(UUID, create_progress_artifact(0.0, description=f"problems of campaign {record.campaign_id}"))
     finished: list[CampaignProblem] = []
@@ -102,7 +102,7 @@ def start(store: Store, suite: Suite) -> CampaignRecord:
     return record
 
 
-def plan(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tuple[Job, CampaignProblem]:
+def plan_entry(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tuple[Job, CampaignProblem]:
     """The entry's optimize parameters (its RunConfig in the campaign's store), warm-started from its previous best
     and naming the run it is to make (`run_id`, so that `conclude` reads that run's partition alone), and its first
     campaign_problems row."""
@@ -131,7 +131,7 @@ def conclude(store: Store, suite: Suite, planned: CampaignProblem, ended: Done) 
         fields |= {"optimize_run_id": run["run_id"], **{k: run.get(k) for k in (
             "problem_id", "best_candidate_id", "best_speedup_vs_eager", "winner", "winner_speedup_vs_eager")}}
         if planned.previous_run_id and planned.previous_candidate_id:
-            found = check(store, planned.previous_run_id, planned.previous_candidate_id, run["run_id"],
+            found = check_regression(store, planned.previous_run_id, planned.previous_candidate_id, run["run_id"],
                           suite.regression_floor)
             fields |= dict(verdict=found.verdict, verdict_note=found.note, previous_speedup_vs_eager=found.previous,
                            retimed_speedup_vs_eager=found.retimed, noise_factor=found.noise_factor)

@@ -18,7 +18,7 @@ import torch
 from prefect import flow
 from prefect.artifacts import create_table_artifact
 
-from kernelflow.artifacts.leaderboard import leaderboard, render
+from kernelflow.artifacts.leaderboard import leaderboard, render_board
 from kernelflow.artifacts.store import Store
 from kernelflow.flows.config import RunConfig
 from kernelflow.flows.resume import last_best, restore
@@ -75,7 +75,7 @@ def optimize(problem_path: str, config: RunConfig | None = None, run_id: str | N
     board = leaderboard(store, run.id)
     create_table_artifact(key=f"leaderboard-{problem.id.lower().replace('_', '-')}",
                           table=board.astype(str).to_dict("records"), description=f"run {run.id}")
-    print(f"stopped: {run.record.stop_reason}\n{render(board)}\n{run.record.winner_note}")
+    print(f"stopped: {run.record.stop_reason}\n{render_board(board)}\n{run.record.winner_note}")
     return {"run_id": run.id, "store": store.location, "best_candidate_id": run.record.best_candidate_id,
             "best_speedup_vs_eager": run.record.best_speedup_vs_eager, "stop_reason": run.record.stop_reason,
             "winner": run.record.winner, "winner_speedup_vs_eager": run.record.winner_speedup_vs_eager,

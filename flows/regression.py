@@ -55,7 +55,7 @@ def _device(timed: BenchmarkResult) -> str:
     return ", ".join(sorted(names))
 
 
-def check(store: Store, previous_run_id: str, candidate_id: str, run_id: str, floor: float = 0.05) -> Check:
+def check_regression(store: Store, previous_run_id: str, candidate_id: str, run_id: str, floor: float = 0.05) -> Check:
     """Compare the candidate's timing in `previous_run_id` with its re-timing in `run_id` (see the module doc)."""
     sources = [store.read("problems", r) for r in (previous_run_id, run_id)]
     if all(not f.empty for f in sources) and sources[0].source_sha256.iloc[0] != sources[1].source_sha256.iloc[0]:

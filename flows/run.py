@@ -253,7 +253,7 @@ def refine(run: Run, profiled: ProfileResult, compiled: CompileResult | None, ca
     print(f"profile of {profiled.candidate_id}:\n{feedback.text}")
 
 
-def propose(run: Run, req: GenerateRequest) -> list[Candidate]:
+def ask_proposer(run: Run, req: GenerateRequest) -> list[Candidate]:
     """One proposal: its LLM calls recorded and charged to the run's budget; raises StopSearch when the proposer
     stops producing candidates."""
     proposed = generate_task(req)

@@ -50,14 +50,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_roofline(args: argparse.Namespace) -> int:
     from kernelflow.stages.measure.peaks import KNOWN_PEAKS
-    from kernelflow.stages.measure.roofline import main as roofline
+    from kernelflow.stages.measure.roofline import print_table
 
     if args.gpu not in KNOWN_PEAKS:
         print(f"no ceilings known for {args.gpu!r}; known: {', '.join(KNOWN_PEAKS)}", file=sys.stderr)
         return 1
     from kernelflow.stages.problems.solexec import resolve
 
-    return roofline([resolve(p, deferred=True) for p in args.paths], gpu=args.gpu)
+    return print_table([resolve(p, deferred=True) for p in args.paths], gpu=args.gpu)
 
 
 def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
@@ -110,7 +110,7 @@ def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from kernelflow.artifacts.leaderboard import baselines, leaderboard, render
+    from kernelflow.artifacts.leaderboard import baseline_medians, leaderboard, render_board
     from kernelflow.artifacts.store import Store
 
     store = Store(args.store)
@@ -132,22 +132,22 @@ def cmd_show(args: argparse.Namespace) -> int:
     if r.device == "cpu":
         print("CPU run: Triton candidates ran in Triton's interpreter, so these times show that the pipeline works "
               "and say nothing about GPU speed.\n")
-    print(render(leaderboard(store, run_id)))
-    base = baselines(store, run_id)
+    print(render_board(leaderboard(store, run_id)))
+    base = baseline_medians(store, run_id)
     if not base.empty:
         print("\nbaseline medians (us), per workload:\n" + base.to_string())
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from kernelflow.artifacts.analysis import resolve
+    from kernelflow.artifacts.analysis import resolve_runs
     from kernelflow.artifacts.report import report
     from kernelflow.artifacts.store import Store
     from kernelflow.stages.errors import KernelflowError
 
     store = Store(args.store)
     try:
-        run_ids = resolve(store, args.runs, args.campaign)
+        run_ids = resolve_runs(store, args.runs, args.campaign)
     except KernelflowError as e:
         print(e, file=sys.stderr)
         return 1

@@ -337,7 +337,7 @@ def cell_of(record: Path) -> dict:
     from kernelflow.stages import refine
     from kernelflow.stages.measure import captured
 
-    data, ev = captured.load(record)
+    data, ev = captured.load_capture(record)
     profile = ev.profile
     assert profile is not None
     fb = refine.run(refine.RefineRequest(evidence=ev)) if profile.status == "ok" else None
@@ -348,7 +348,7 @@ def cell_of(record: Path) -> dict:
 def captured_id(record: Path) -> str:
     from kernelflow.stages.measure import captured
 
-    return captured.load(record)[1].candidate_id
+    return captured.load_capture(record)[1].candidate_id
 
 
 def rerefine(args: argparse.Namespace) -> None:

@@ -129,7 +129,7 @@ def fixture_table(fixtures: Path) -> str:
     lines = ["| entry | expected tool | time us | energy mJ/call | class | SOL fraction | findings: tool severity "
              "(<cause) |", "|---|---|---|---|---|---|---|"]
     for f in sorted(fixtures.glob("*.json")):
-        record, ev = captured.load(f)
+        record, ev = captured.load_capture(f)
         fb, p = refine.run(refine.RefineRequest(evidence=ev)), ev.profile
         assert p is not None and p.time_us is not None
         found = ", ".join(f"{x.tool} {x.severity:.2f}" + (f" (<{x.explained_by})" if x.explained_by else "")

@@ -370,7 +370,7 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
     try:
         new_cls, guard = loaded or (None, None)
         if req.candidate and loaded is None:
-            static_checks.check(req.candidate.source, req.problem)
+            static_checks.check_source(req.candidate.source, req.problem)
             guard = Guard(req.workdir, req.candidate.source)
             with guard.section("import"):
                 new_cls = load_model_class(req.candidate, req.workdir, req.device)
@@ -392,6 +392,6 @@ def run(req: BenchmarkRequest) -> BenchmarkResult:
 
 
 if __name__ == "__main__":
-    from kernelflow.stages.entry import main
+    from kernelflow.stages.entry import stage_main
 
-    main(BenchmarkRequest, run)
+    stage_main(BenchmarkRequest, run)

@@ -40,7 +40,7 @@ def run(req: CompileRequest) -> CompileResult:
         raise InfrastructureError("the compile stage runs only in a process of its own (python -m "
                                   "kernelflow.stages.compile, as run_stage('compile', ...) starts it)")
     try:
-        static_checks.check(req.candidate.source, req.problem)
+        static_checks.check_source(req.candidate.source, req.problem)
         res = backend(req.candidate.backend).compile(req)
     except CandidateFault as e:
         res = failed(req, e.kind, e.message)
@@ -49,6 +49,6 @@ def run(req: CompileRequest) -> CompileResult:
 
 
 if __name__ == "__main__":
-    from kernelflow.stages.entry import main
+    from kernelflow.stages.entry import stage_main
 
-    main(CompileRequest, run)
+    stage_main(CompileRequest, run)

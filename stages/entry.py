@@ -23,7 +23,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def main(request_cls: type[BaseModel], run: Callable) -> None:
+def stage_main(request_cls: type[BaseModel], run: Callable) -> None:
     if len(sys.argv) != 3:
         sys.exit(f"usage: python -m stages.<stage> REQUEST.json RESULT.json (got {sys.argv[1:]})")
     request = request_cls.model_validate_json(Path(sys.argv[1]).read_text())

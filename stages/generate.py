@@ -15,6 +15,6 @@ def run(req: GenerateRequest) -> GenerateResult:
 
 
 if __name__ == "__main__":
-    from kernelflow.stages.entry import main
+    from kernelflow.stages.entry import stage_main
 
-    main(GenerateRequest, run)
+    stage_main(GenerateRequest, run)

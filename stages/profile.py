@@ -165,6 +165,6 @@ def run(req: ProfileRequest) -> ProfileResult:
 
 
 if __name__ == "__main__":
-    from kernelflow.stages.entry import main
+    from kernelflow.stages.entry import stage_main
 
-    main(ProfileRequest, run)
+    stage_main(ProfileRequest, run)

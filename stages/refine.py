@@ -28,7 +28,7 @@ class RefineRequest(Contract):
     max_findings: int | None = Field(default=None, ge=1, description="keep at most this many findings; None: all")
 
 
-def render(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
+def feedback_text(ev: Evidence, source: str | None, findings: list[Finding]) -> str:
     """The findings as prompt-ready plain text."""
     lines = [f"Bottleneck class: {ev.bound or 'unknown'}" + (f" (decided by {source})." if source else ".")]
     if ev.contender != "candidate":
@@ -87,10 +87,10 @@ def run(req: RefineRequest) -> Feedback:
                       key=lambda f: (f.not_own, f.explained_by is not None, -f.severity))
     findings = findings[:req.max_findings]
     return Feedback(problem_id=ev.problem_id, candidate_id=ev.candidate_id, contender=ev.contender, bound=ev.bound,
-                    tools_run=[t.NAME for t in tools], findings=findings, text=render(ev, source, findings))
+                    tools_run=[t.NAME for t in tools], findings=findings, text=feedback_text(ev, source, findings))
 
 
 if __name__ == "__main__":
-    from kernelflow.stages.entry import main
+    from kernelflow.stages.entry import stage_main
 
-    main(RefineRequest, run)
+    stage_main(RefineRequest, run)

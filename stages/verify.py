@@ -203,7 +203,7 @@ def _load(req: VerifyRequest) -> tuple[ModuleType, Loaded]:
     """The problem's module, and the candidate's ModelNew imported under a new guard once its source passes the
     static checks."""
     set_precision(req.effective_policy)
-    static_checks.check(req.candidate.source, req.problem, req.effective_policy)
+    static_checks.check_source(req.candidate.source, req.problem, req.effective_policy)
     module = import_problem(req.problem.path)
     guard = Guard(req.workdir, req.candidate.source)
     with guard.section("import"):
@@ -277,6 +277,6 @@ def run(req: VerifyRequest) -> VerifyResult:
 
 
 if __name__ == "__main__":
-    from kernelflow.stages.entry import main
+    from kernelflow.stages.entry import stage_main
 
-    main(VerifyRequest, run)
+    stage_main(VerifyRequest, run)

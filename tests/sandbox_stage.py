@@ -10,7 +10,7 @@ import json
 from pydantic import Field
 
 from kernelflow.stages.contracts import Device, StageRequest, StageResult
-from kernelflow.stages.entry import main
+from kernelflow.stages.entry import stage_main
 
 Result = StageResult
 
@@ -32,4 +32,4 @@ def failed(req: ProbeRequest, kind: str, message: str, files: dict[str, str] | N
 
 
 if __name__ == "__main__":
-    main(ProbeRequest, run)
+    stage_main(ProbeRequest, run)

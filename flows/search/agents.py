@@ -129,7 +129,7 @@ def guard(board: Board, candidate: Candidate, speedup: float | None, agent: str)
     return "REJECT" if speedup is None or speedup <= 0 else "KEEP"
 
 
-def leaderboard(state: SearchState, top: int = 3) -> str:
+def standings(state: SearchState, top: int = 3) -> str:
     ranked = sorted(state.speedups.items(), key=lambda item: -item[1])[:top]
     return "; ".join(f"{i}) {s:.2f}x {state.candidates[c].origin.proposer} {c}" for i, (c, s) in enumerate(ranked, 1)
                      if c in state.candidates) or "none verified yet"
@@ -203,9 +203,9 @@ class Agents:
         board = self.board
         if board.stale >= board.plateau:  # the whole search plateaued: a fresh draft, a seed of its own
             board.stale, board.redrafts = 0, board.redrafts + 1
-            state.teach([f"{REDRAFT}. Leaderboard: {leaderboard(state)}", *board.memory])
+            state.teach([f"{REDRAFT}. Leaderboard: {standings(state)}", *board.memory])
             return Expansion(seed=state.config.seed + len(state.tried) + REDRAFT_STRIDE * board.redrafts), True
-        state.teach([f"Focus ({agent.name}): {FOCUS[agent.name].hint}. Leaderboard: {leaderboard(state)}",
+        state.teach([f"Focus ({agent.name}): {FOCUS[agent.name].hint}. Leaderboard: {standings(state)}",
                      *board.memory])
         last = state.candidates.get(agent.last or "")
         if (failure := repairable(state, last)) is not None:

@@ -22,7 +22,7 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
-from kernelflow.flows.run import Run, charge, outcome, propose, propose_round
+from kernelflow.flows.run import Run, ask_proposer, charge, outcome, propose_round
 from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import Candidate, Failure, GenerateRequest, Proposal, SearchSnapshot
 from kernelflow.stages.errors import StopSearch
@@ -144,7 +144,7 @@ def search(run: Run, strategy: Strategy, evaluate_one: Callable[[Candidate], flo
         if isinstance(strategy, Rounds):
             round_(run, strategy, started, evaluate_one, profile_one, progress)
             continue
-        for candidate in propose(run, request(run, strategy.select(state))):
+        for candidate in ask_proposer(run, request(run, strategy.select(state))):
             consider(run, strategy, candidate, evaluate_one, profile_one)
             update_progress_artifact(progress, 100.0 * len(state.tried) / run.config.budget)
             if len(state.tried) >= run.config.budget:

@@ -54,5 +54,5 @@ def result(req: CompileRequest, **fields: Any) -> CompileResult:
                          backend=req.candidate.backend, arch=req.arch, toolchain=toolchain(), **fields)
 
 
-def import_candidate(req: CompileRequest) -> ModuleType:
+def load_for_compile(req: CompileRequest) -> ModuleType:
     return candidate.import_candidate(req.candidate, req.workdir)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from torch.utils import cpp_extension
 
-from kernelflow.stages.backends import import_candidate, result
+from kernelflow.stages.backends import load_for_compile, result
 from kernelflow.stages.backends.harvest import find_tool, parse_ptxas, put_binaries, with_sass
 from kernelflow.stages.contracts import CompileRequest, CompileResult, KernelBinary
 from kernelflow.stages.errors import CandidateFault
@@ -91,7 +91,7 @@ def _capture(req: CompileRequest) -> tuple[list[Extension], str]:
 
     cpp_extension.load_inline, cpp_extension.load = load_inline, load
     try:
-        import_candidate(req)
+        load_for_compile(req)
     except CandidateFault as e:  # a GPU-only call after the extension was defined is this machine's limit
         if captured and any(s in e.message for s in MACHINE_LIMITS):
             return captured, f"; the import stopped here at a GPU-only call ({e.message[:300]})"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kernelflow.stages.backends import import_candidate, result
+from kernelflow.stages.backends import load_for_compile, result
 from kernelflow.stages.contracts import CompileRequest, CompileResult
 
 
 def compile(req: CompileRequest) -> CompileResult:
-    import_candidate(req)
+    load_for_compile(req)
     return result(req, mode="none", message="plain PyTorch candidate: imports and defines ModelNew; nothing to compile")

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from kernelflow.stages.backends import import_candidate, result
+from kernelflow.stages.backends import load_for_compile, result
 from kernelflow.stages.backends.harvest import harvest_triton, triton_kernels
 from kernelflow.stages.contracts import CompileRequest, CompileResult, Problem, Workload
 from kernelflow.stages.errors import CandidateFault, InfrastructureError
@@ -126,7 +126,7 @@ def compile(req: CompileRequest) -> CompileResult:
     from triton.runtime import driver
 
     driver.set_active(_TargetDriver(_capability(req.arch)))
-    module: ModuleType = import_candidate(req)
+    module: ModuleType = load_for_compile(req)
     kernels = triton_kernels(module)
     if not kernels:
         raise CandidateFault("compile_error", "no @triton.jit kernel found in the module")

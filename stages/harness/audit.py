@@ -139,7 +139,7 @@ class Watch:
         untouched), and with `environment` os.environ is the watched one (a Python layer on every read, so timed
         calls go without it: Triton reads its knobs from the environment on every launch)."""
         global _current
-        install()
+        install_hook()
         running = _thread_ids()
         self.harness = running - self.born - {threading.get_ident()}
         previous, bytecode, env = _current, sys.dont_write_bytecode, os.environ
@@ -276,7 +276,7 @@ _plain: list[Any] = []  # os.environ as Python made it
 _watched: list[Any] = []  # a _WatchedEnviron over the same variables
 
 
-def install() -> None:
+def install_hook() -> None:
     """The audit hook, once per process (an audit hook cannot be removed), and the watched twin of os.environ."""
     if _plain:
         return

@@ -251,8 +251,8 @@ class Guard:
     """Checks every section of candidate code in one stage call. Make it before the candidate is imported."""
 
     def __init__(self, workdir: str | Path, source: str):
-        launches.install(triton="triton" in source)
-        audit.install()
+        launches.install_counters(triton="triton" in source)
+        audit.install_hook()
         Path(workdir).mkdir(parents=True, exist_ok=True)  # the harness's to make, before candidate code runs
         self.watch = audit.Watch(workdir)
         self.reference = snapshot()

@@ -1,6 +1,6 @@
 """Kernel launches per candidate call, counted from Python; and ghost replay (docs/INTEGRITY.md).
 
-`install()` wraps, once per process, the places a candidate launches kernels from Python: on a GPU the compiled
+`install_counters()` wraps, once per process, the places a candidate launches kernels from Python: on a GPU the compiled
 kernel's launcher (`CompiledKernel.run`), which every Triton launch reaches: the JIT's `kernel[grid](...)`, a
 compiled kernel's `CompiledKernel[grid](...)`, and the launcher called directly, as the templates' lean launch does
 (stages/templates/launch.py); the interpreter's InterpretedFunction.run (the same launch on CPU tensors); and the
@@ -108,7 +108,7 @@ def _install_triton() -> None:
     CompiledKernel.run = property(lambda self: functools.partial(_launch, fget(self)))  # type: ignore[method-assign,assignment]
 
 
-def install(triton: bool) -> None:
+def install_counters(triton: bool) -> None:
     """Count launches from now on (Triton's only when `triton`: importing it costs a second; a candidate that does not
     name Triton launches none of its kernels)."""
     if "extensions" not in _installed:

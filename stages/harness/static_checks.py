@@ -184,7 +184,7 @@ def findings(source: str, problem: Problem | None = None, policy: Policy | None 
     return [f"{r.name}: {r.reason} (found `{found}`)" for r in RULES if (found := r.find(src)) is not None]
 
 
-def check(source: str, problem: Problem | None = None, policy: Policy | None = None) -> None:
+def check_source(source: str, problem: Problem | None = None, policy: Policy | None = None) -> None:
     """Raise CandidateFault('cheat') naming every rule the source breaks."""
     if hits := findings(source, problem, policy):
         raise CandidateFault("cheat", "static check: " + "; ".join(hits))

@@ -29,7 +29,7 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(PROMPTS), undefined=jin
                           keep_trailing_newline=True, autoescape=False)
 
 
-def render(name: str, **context: Any) -> str:
+def render_prompt(name: str, **context: Any) -> str:
     return _ENV.get_template(name).render(**context)
 
 
@@ -70,7 +70,7 @@ def facts(req: GenerateRequest, backend: Backend) -> dict[str, Any]:
     """What every template may use."""
     common = {"gpu": TARGET_GPU, "sms": SMS, "arch": ARCH, "versions": _versions()}
     return {**common, "problem": req.problem, "backend_name": BACKEND_NAMES[backend], "hardware": _hardware(),
-            "policy": _policy(req.problem.policy), "guidance": render(f"backends/{backend}.j2", **common),
+            "policy": _policy(req.problem.policy), "guidance": render_prompt(f"backends/{backend}.j2", **common),
             "examples": examples(backend), "workloads": [w.params for w in req.problem.gpu_workloads],
             "parent": req.parent, "failure": req.parent_failure, "feedback": req.feedback, "lessons": req.lessons,
             "speedup": req.parent_speedup_vs_eager}
@@ -80,5 +80,5 @@ def messages(purpose: str, req: GenerateRequest, backend: Backend, history: list
              **extra: Any) -> list[dict[str, str]]:
     """The chat for one call: the system rules, earlier turns (debug's diagnosis), then the purpose's prompt."""
     context = {**facts(req, backend), **extra}
-    return [{"role": "system", "content": render("system.j2", **context)}, *(history or []),
-            {"role": "user", "content": render(f"{purpose}.j2", **context)}]
+    return [{"role": "system", "content": render_prompt("system.j2", **context)}, *(history or []),
+            {"role": "user", "content": render_prompt(f"{purpose}.j2", **context)}]

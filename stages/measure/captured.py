@@ -36,7 +36,7 @@ def dump(path: Path, problem_path: Path, gpu: str | None, profile: ProfileResult
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 
-def load(path: Path) -> tuple[dict, Evidence]:
+def load_capture(path: Path) -> tuple[dict, Evidence]:
     """(the record, the Evidence refine reads): the class is left to refine when counters were read."""
     record = json.loads(Path(path).read_text())
     problem = load_problem(ROOT / record["problem"])

@@ -192,7 +192,7 @@ def _problem_files(args: list[str]) -> list[Path]:
     return [f for a in map(Path, args) for f in (sorted(a.glob("*.py")) if a.is_dir() else [a])]
 
 
-def main(args: list[str], gpu: str = "NVIDIA H200") -> int:
+def print_table(args: list[str], gpu: str = "NVIDIA H200") -> int:
     """Print matmul GFLOP, total GFLOP, MB moved, the SOL floor and the class per GPU workload of each file."""
     peaks = peaks_for(gpu)
     assert peaks is not None, gpu
@@ -216,4 +216,4 @@ def main(args: list[str], gpu: str = "NVIDIA H200") -> int:
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         sys.exit("usage: python -m kernelflow.stages.measure.roofline PROBLEM.py|DIR ...")
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(print_table(sys.argv[1:]))

@@ -57,7 +57,7 @@ def _directory(path: str | Path) -> Path:
     return path.parent if path.name == "definition.json" else path
 
 
-def cache_dir() -> Path:
+def translations_dir() -> Path:
     return Path(os.environ.get("KERNELFLOW_CACHE") or Path.home() / ".cache" / "kernelflow") / "solexec"
 
 
@@ -85,13 +85,13 @@ def translate(path: str | Path) -> str:
     definition = _json(where)
     workload_path = folder / "workload.jsonl"
     lines = _workload_lines(str(workload_path), definition.get("name"))
-    text = render(where, definition, lines, str(workload_path))
+    text = module_source(where, definition, lines, str(workload_path))
     return str(_write(text, _identifier_name(definition["name"])))
 
 
 def _write(text: str, stem: str) -> Path:
     """Content-addressed, so concurrent translations of one definition write the same file and never a half one."""
-    target = cache_dir() / hashlib.sha256((TRANSLATOR_VERSION + text).encode()).hexdigest()[:16] / f"{stem}.py"
+    target = translations_dir() / hashlib.sha256((TRANSLATOR_VERSION + text).encode()).hexdigest()[:16] / f"{stem}.py"
     if not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = target.with_suffix(f".{os.getpid()}.tmp")
@@ -285,7 +285,7 @@ def _correctness(where: str, spec: Any) -> tuple[float, float]:
     return float(values["max_atol"]), float(values["max_rtol"])
 
 
-def render(where: str, definition: dict, lines: list[dict], workload_where: str) -> str:
+def module_source(where: str, definition: dict, lines: list[dict], workload_where: str) -> str:
     """Check the definition and its workloads; the problem module's text."""
     for field in ("name", "axes", "inputs", "outputs", "reference"):
         if field not in definition:

@@ -33,7 +33,7 @@ from kernelflow.stages.contracts import Problem, Workload
 from kernelflow.stages.problems.fx_trace import trace_with_shapes
 from kernelflow.stages.problems.kernelbench import import_problem, workload_call
 from kernelflow.stages.templates import launch
-from kernelflow.stages.templates.lowering import Traced, node_shape, op_name
+from kernelflow.stages.templates.lowering import Traced, node_op, node_shape
 from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
 from kernelflow.stages.templates.source import module_source
 
@@ -106,7 +106,7 @@ def _name(graph: torch.fx.GraphModule, node: Any) -> str:
         return ""
     if node.op == "call_module":
         return "softmax" if isinstance(graph.get_submodule(str(node.target)), nn.Softmax) else ""
-    return op_name(node) if node.op in ("call_function", "call_method") else ""
+    return node_op(node) if node.op in ("call_function", "call_method") else ""
 
 
 def _sdpa(node: torch.fx.Node, used: set[torch.fx.Node]) -> tuple[Any, Any, Any, bool, float | None]:

@@ -35,7 +35,7 @@ from torch import nn
 
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import launch
-from kernelflow.stages.templates.lowering import Traced, node_shape, op_name
+from kernelflow.stages.templates.lowering import Traced, node_op, node_shape
 from kernelflow.stages.templates.matmul import Epilogue, Product, find_products, tensor_expr
 from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
 from kernelflow.stages.templates.source import (
@@ -96,11 +96,11 @@ def _conv_call(traced: Traced, node: torch.fx.Node) -> str | None:
         args = [tensor_expr(node.args[0], "input"), f"{this}.weight", bias,
                 *(f"{this}.{k}" for k in ("stride", "padding", "dilation", "groups"))]
         name = f"conv{len(conv.kernel_size)}d"
-    elif node.op == "call_function" and op_name(node) in ("conv1d", "conv2d", "conv3d"):
+    elif node.op == "call_function" and node_op(node) in ("conv1d", "conv2d", "conv3d"):
         if len(node.args) > len(_CONV_PARAMS) or set(node.kwargs) - set(_CONV_PARAMS):
             raise TemplateMismatch(f"unsupported convolution call {node.format_node()}")
         args = [_literal(a) for a in node.args] + [f"{k}={_literal(v)}" for k, v in node.kwargs.items()]
-        name = op_name(node)
+        name = node_op(node)
     else:
         return None
     return f"F.{name}({', '.join(args)}).contiguous()"  # the epilogue walks it flat, in the logical order

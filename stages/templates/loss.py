@@ -32,7 +32,7 @@ from torch import nn
 
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import launch
-from kernelflow.stages.templates.lowering import Lowering, Traced, _literal, node_shape, op_name
+from kernelflow.stages.templates.lowering import Lowering, Traced, _literal, node_op, node_shape
 from kernelflow.stages.templates.program import Operand, Plan, Program, Reduction, TemplateMismatch, Value
 from kernelflow.stages.templates.source import jit_source, line_source, module_source, operand_prologue
 
@@ -170,7 +170,7 @@ def _cross_entropy_args(traced: Traced, node: torch.fx.Node) -> dict[str, Any] |
         return {"input": node.args[0], "target": node.args[1], "weight": module.weight,
                 "ignore_index": module.ignore_index, "reduction": module.reduction,
                 "label_smoothing": module.label_smoothing}
-    if node.op in ("call_function", "call_method") and op_name(node) == "cross_entropy":
+    if node.op in ("call_function", "call_method") and node_op(node) == "cross_entropy":
         bound = {**dict(zip(_CE_PARAMS, node.args, strict=False)), **node.kwargs}
         if set(bound) - set(_CE_PARAMS):
             raise TemplateMismatch(f"cross_entropy with arguments this template does not know: {node.kwargs}")

@@ -86,7 +86,7 @@ def _literal(value: float | int) -> str:
     return f"({text})" if value < 0 else text
 
 
-def op_name(node: torch.fx.Node) -> str:
+def node_op(node: torch.fx.Node) -> str:
     if node.op == "call_method":
         return str(node.target)
     module = getattr(node.target, "__module__", None) or ""
@@ -197,7 +197,7 @@ class Lowering:
             return None
         if node.op == "call_module":
             return self._module(node, self.graph.get_submodule(str(node.target)))
-        return self._call(node, op_name(node), list(node.args), dict(node.kwargs))
+        return self._call(node, node_op(node), list(node.args), dict(node.kwargs))
 
     def _call(self, node: torch.fx.Node, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         if name in OPS:

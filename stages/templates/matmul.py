@@ -22,7 +22,7 @@ from torch import nn
 
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import launch
-from kernelflow.stages.templates.lowering import Lowering, Traced, node_shape, op_name
+from kernelflow.stages.templates.lowering import Lowering, Traced, node_op, node_shape
 from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
 from kernelflow.stages.templates.source import (
     jit_source,
@@ -124,8 +124,8 @@ def find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], lis
             products.append(Product(tensor_expr(a, "left"), b, True))
             operands = [a]
             dtypes.add(module.weight.dtype)
-        elif node.op in ("call_function", "call_method") and op_name(node) in (*_MATMUL_OPS, "linear"):
-            if op_name(node) == "linear":
+        elif node.op in ("call_function", "call_method") and node_op(node) in (*_MATMUL_OPS, "linear"):
+            if node_op(node) == "linear":
                 a, w, bias = _linear_args(node)
                 if bias is not None:
                     biases[node] = bias

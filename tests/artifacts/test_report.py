@@ -68,8 +68,8 @@ def test_analysis_frames_agree_with_the_runs_own_records(campaign):
     con = analysis.duckdb(store)
     counted = dict(con.execute("select run_id, count(*) from candidates group by run_id").fetchall())
     assert counted == cands.groupby("run_id").size().to_dict()
-    assert analysis.resolve(store) == [ids[-1]] and analysis.resolve(store, campaign="all") == ids  # recorded runs
-    assert analysis.resolve(store, campaign=",".join(reversed(ids))) == list(reversed(ids))
+    assert analysis.resolve_runs(store) == [ids[-1]] and analysis.resolve_runs(store, campaign="all") == ids  # recorded runs
+    assert analysis.resolve_runs(store, campaign=",".join(reversed(ids))) == list(reversed(ids))
 
 
 def test_report_command_and_unknown_runs(campaign, tmp_path: Path):

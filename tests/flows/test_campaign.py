@@ -15,11 +15,11 @@ from typing import Literal
 
 import pytest
 
-from kernelflow.artifacts.analysis import resolve
+from kernelflow.artifacts.analysis import resolve_runs
 from kernelflow.artifacts.campaigns import CampaignProblem, CampaignRecord, campaigns, entries, run_ids
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.tables import model_of
-from kernelflow.flows.regression import check
+from kernelflow.flows.regression import check_regression
 from kernelflow.flows.suite import PROBLEMS, Entry, SuiteError, load_suite
 from kernelflow.stages.contracts import (
     BenchmarkResult,
@@ -112,18 +112,18 @@ def test_the_regression_check_flags_a_slowdown_only_beyond_the_noise(tmp_path: P
              "noisy": (50 / 0.9, 0.15, "ok")}  # 10% slower, intervals of 15%: within the band they make (x1.16)
     for run, (cand_us, rel, verdict) in cases.items():
         timed(store, run, "k", cand_us, 100.0, rel)
-        found = check(store, "then", "k", run)
+        found = check_regression(store, "then", "k", run)
         assert found.verdict == verdict, found.note
-    assert check(store, "then", "k", "noisy").noise_factor > 1 / 0.9  # type: ignore[operator]
-    assert "ratio 0.900" in check(store, "then", "k", "slower").note
+    assert check_regression(store, "then", "k", "noisy").noise_factor > 1 / 0.9  # type: ignore[operator]
+    assert "ratio 0.900" in check_regression(store, "then", "k", "slower").note
     timed(store, "other-gpu", "k", 50.0, 100.0, 0.01, gpu="NVIDIA A100")
-    assert check(store, "then", "k", "other-gpu").verdict == "not_checked"
+    assert check_regression(store, "then", "k", "other-gpu").verdict == "not_checked"
     store.append("verifications", "broken", [VerifyResult(candidate_id="k", problem_id="p", status="failed",
                                                            failure_kind="mismatch", message="off by 3x", device="cuda",
                                                            sizes=["gpu"])])
-    found = check(store, "then", "k", "broken")
+    found = check_regression(store, "then", "k", "broken")
     assert found.verdict == "broken" and "verify mismatch: off by 3x" in found.note
-    assert check(store, "never-timed", "k", "steady").verdict == "not_checked"
+    assert check_regression(store, "never-timed", "k", "steady").verdict == "not_checked"
 
 
 def artifacts(flow_run_id: str) -> dict[str, list]:
@@ -152,7 +152,7 @@ def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(pr
     assert rows.optimize_run_id.isna()["broken"] and "does not import" in rows.message["broken"]
     assert set(rows.verdict) == {"not_checked"}  # nothing to compare with yet
     ids = run_ids(store, first["campaign_id"])
-    assert ids == list(rows.optimize_run_id.dropna()) and resolve(store, campaign=first["campaign_id"]) == ids
+    assert ids == list(rows.optimize_run_id.dropna()) and resolve_runs(store, campaign=first["campaign_id"]) == ids
     assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", rows.optimize_run_id["09_silu"])  # named by `plan`
     assert set(store.runs().set_index("run_id").status[ids]) == {"finished"}
     record = campaigns(store).iloc[-1]

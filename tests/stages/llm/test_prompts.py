@@ -18,7 +18,7 @@ from kernelflow.stages.contracts import (
     VerifyRequest,
 )
 from kernelflow.stages.executors.run import run_stage
-from kernelflow.stages.llm.prompts import EXAMPLES, PROMPTS, messages, render
+from kernelflow.stages.llm.prompts import EXAMPLES, PROMPTS, messages, render_prompt
 from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,7 +48,7 @@ def test_every_purpose_renders_for_every_backend(backend: str) -> None:
 
 def test_a_missing_variable_is_an_error_not_an_empty_string() -> None:
     with pytest.raises(jinja2.UndefinedError):
-        render("debug_patch.j2", parent=None)
+        render_prompt("debug_patch.j2", parent=None)
 
 
 def test_every_example_file_is_offered_and_has_a_problem() -> None:

@@ -23,7 +23,7 @@ FIXTURES = sorted((ROOT / "tests" / "fixtures" / "ncu" / "h200").glob("*.json"))
 
 
 def load(path: Path) -> tuple[dict, Evidence]:
-    record, ev = captured.load(path)
+    record, ev = captured.load_capture(path)
     assert ev.profile is not None and ev.profile.counters == "ncu" and ev.profile.kernels, path.name
     assert record["gpu"] == "NVIDIA H200" and record["candidate"] is not None
     return record, ev
@@ -82,7 +82,7 @@ def test_launch_bound_call_ranks_launches_first():
 def test_cublas_keeps_its_tensor_pipe_fed_and_gets_no_advice():
     """The same 8192^3 bf16 product under eager PyTorch (cuBLAS, tensor pipe 96.9% busy): compute-bound, no finding,
     where the Triton GEMM of the tensor_pipe_underfed fixture (84.9%) is told to feed its tensor cores."""
-    _, ev = captured.load(ROOT / "tests" / "fixtures" / "ncu" / "h200" / "baselines" / "10_matmul_bf16.eager.json")
+    _, ev = captured.load_capture(ROOT / "tests" / "fixtures" / "ncu" / "h200" / "baselines" / "10_matmul_bf16.eager.json")
     fb = refine.run(refine.RefineRequest(evidence=ev))
     assert ev.contender == "eager" and fb.bound == "compute" and fb.findings == [], fb.text
     underfed = feedback(ROOT / "tests" / "fixtures" / "ncu" / "h200" / "tensor_pipe_underfed.json")

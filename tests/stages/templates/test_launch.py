@@ -81,7 +81,7 @@ def test_the_census_counts_a_direct_call_of_the_launcher_and_ghost_replay_skips_
     the launcher is not called."""
     from triton.compiler.compiler import CompiledKernel
 
-    launches.install(triton=True)
+    launches.install_counters(triton=True)
     called: list[tuple] = []
     kernel = CompiledKernel.__new__(CompiledKernel)
     kernel._run = lambda *args: called.append(args)  # what _init_handles sets: the driver's launcher
