@@ -121,7 +121,7 @@ def plan_entry(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tu
 
 
 def conclude(store: Store, suite: Suite, planned: CampaignProblem, ended: Done) -> CampaignProblem:
-    """The entry's final row: its run as the store recorded it (the run `plan` named) and the regression check."""
+    """The entry's final row: its run as the store recorded it (the run `plan_entry` named) and the regression check."""
     run = recorded(store, ended.job.parameters["run_id"])
     ok = ended.completed and run is not None and run["status"] == "finished"
     fields: dict = dict(status="finished" if ok else "failed", updated_at=_now(), prefect_flow_run_id=ended.flow_run_id,

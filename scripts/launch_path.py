@@ -216,11 +216,11 @@ def first_launch(problem_id: str, after: str = "nothing", trials: int = TRIALS,
     if after in ("hooks", "audit"):
         from kernelflow.stages.harness import audit
 
-        audit.install()
+        audit.install_hook()
     if after in ("hooks", "census"):
         from kernelflow.stages.harness import launches
 
-        launches.install(triton=True)
+        launches.install_counters(triton=True)
     if after == "count":
         sys.addaudithook(lambda event, _: events.update((event,)) if counting else None)
     elif after == "stages":

@@ -153,7 +153,7 @@ def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(pr
     assert set(rows.verdict) == {"not_checked"}  # nothing to compare with yet
     ids = run_ids(store, first["campaign_id"])
     assert ids == list(rows.optimize_run_id.dropna()) and resolve_runs(store, campaign=first["campaign_id"]) == ids
-    assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", rows.optimize_run_id["09_silu"])  # named by `plan`
+    assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", rows.optimize_run_id["09_silu"])  # named by `plan_entry`
     assert set(store.runs().set_index("run_id").status[ids]) == {"finished"}
     record = campaigns(store).iloc[-1]
     assert (record.status, record.n_finished, record.n_failed) == ("finished", 2, 1)
@@ -216,20 +216,20 @@ def recording(monkeypatch) -> list[tuple[str, str | None]]:
 
 
 def test_an_entry_names_its_run_and_conclude_reads_that_runs_partition_alone(tmp_path: Path, monkeypatch):
-    """`plan` names each entry's optimize run (optimize's `run_id`); `conclude` reads that run's runs partition and
+    """`plan_entry` names each entry's optimize run (optimize's `run_id`); `conclude` reads that run's runs partition and
     nothing else of the runs table, however many runs the store holds (a whole-table read grew with every night)."""
-    from kernelflow.flows.campaign import conclude, plan
+    from kernelflow.flows.campaign import conclude, plan_entry
     from kernelflow.flows.dispatch import Done
     from kernelflow.flows.optimize import optimize
 
     suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
     for i in range(5):  # earlier nights, one of them made by a flow run of the same id
         record(store, f"20261101T020000-09_silu-{i:06x}", "finished", "2026-11-01T02:00:00+00:00", best="old")
-    (job, row), (job_broken, row_broken) = (plan(store, suite, "c1", entry) for entry in suite.problems[:2])
+    (job, row), (job_broken, row_broken) = (plan_entry(store, suite, "c1", entry) for entry in suite.problems[:2])
     run_id = job.parameters["run_id"]
     assert re.fullmatch(r"\d{8}T\d{6}-09_silu-[0-9a-f]{6}", run_id), run_id
     assert re.fullmatch(r"\d{8}T\d{6}-import_error-[0-9a-f]{6}", job_broken.parameters["run_id"])
-    inspect.signature(optimize.fn).bind(**job.parameters)  # optimize takes what plan gives it
+    inspect.signature(optimize.fn).bind(**job.parameters)  # optimize takes what plan_entry gives it
     record(store, run_id, "running", "2026-12-01T02:00:00+00:00")
     record(store, run_id, "finished", "2026-12-01T02:05:00+00:00", best="k1")
     reads = recording(monkeypatch)
@@ -262,7 +262,7 @@ def test_a_warm_start_from_a_named_run_seeds_that_runs_best(tmp_path: Path):
 
 def nights(store: Store, suite: str, n: int, entries: dict[str, Callable[[int], tuple[str, str | None]]]) -> list[str]:
     """`n` earlier campaigns of `suite`, a day apart: per entry `outcome(night)` is its final status and best candidate
-    (its run `<entry>-<night>`), and each planned row names what the latest earlier night finished, as `plan` does."""
+    (its run `<entry>-<night>`), and each planned row names what the latest earlier night finished, as `plan_entry` does."""
     ids, last = [], {}
     for night in range(n):
         campaign_id, when = f"202610{1 + night:02d}T020000-{suite}-{night:06x}", f"2026-10-{1 + night:02d}T02:00:00"
@@ -284,10 +284,10 @@ def nights(store: Store, suite: str, n: int, entries: dict[str, Callable[[int], 
 
 
 def test_start_and_plan_read_one_earlier_campaign_however_many_nights_the_store_holds(tmp_path: Path, monkeypatch):
-    """`start` finds its previous campaign by the campaigns' partition names, and `plan` reads the entries of the
+    """`start` finds its previous campaign by the campaigns' partition names, and `plan_entry` reads the entries of the
     latest earlier campaign of its suite alone: that night's row names what it found further back, so an entry that
     has not finished for a while, or never did, reads no more than one that finished last night."""
-    from kernelflow.flows.campaign import plan, start
+    from kernelflow.flows.campaign import plan_entry, start
 
     suite, store = load_suite(write(tmp_path, SUITE)), Store(tmp_path / "store")
     ours = nights(store, "ci-smoke", 20, {"09_silu": lambda i: ("finished", f"k{i}"),
@@ -298,7 +298,7 @@ def test_start_and_plan_read_one_earlier_campaign_however_many_nights_the_store_
     reads = recording(monkeypatch)
     record = start(store, suite)
     assert record.previous_campaign_id == ours[-1] and reads == []
-    rows = {entry.name: plan(store, suite, record.campaign_id, entry)[1] for entry in suite.problems}
+    rows = {entry.name: plan_entry(store, suite, record.campaign_id, entry)[1] for entry in suite.problems}
     found = {name: (row.previous_run_id, row.previous_candidate_id) for name, row in rows.items()}
     assert found == {"09_silu": ("09_silu-19", "k19"), "broken": (None, None),
                      "17_elementwise_chain": ("17_elementwise_chain-14", "c14")}
@@ -319,7 +319,7 @@ def test_publish_reads_the_campaigns_own_runs_alone(tmp_path: Path, monkeypatch)
     record_ = campaign.start(store, suite)
     ran = []
     for entry in (suite.problems[0], suite.problems[2]):
-        job, row = campaign.plan(store, suite, record_.campaign_id, entry)
+        job, row = campaign.plan_entry(store, suite, record_.campaign_id, entry)
         record(store, job.parameters["run_id"], "finished", "2026-12-01T02:00:00+00:00", best="k")
         campaign.conclude(store, suite, row, Done(job, "fr", True, ""))
         ran.append(job.parameters["run_id"])
