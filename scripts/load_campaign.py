@@ -255,7 +255,7 @@ def instrument(meter: Meter) -> None:
     kernelflow.flows.steps.run_stage = per_stage
     for name in ("compile", "verify", "benchmark", "profile"):
         meter.io[f"{name}_s"] = 0.0
-    propose, consider = protocol.propose, protocol.consider
+    propose, consider = protocol.ask_proposer, protocol.consider
     state: dict[str, Any] = {"problem": None, "since": None, "io": None}
 
     def snapshot() -> dict:
@@ -291,7 +291,7 @@ def instrument(meter: Meter) -> None:
             if len(meter.candidates) % 100 == 0:
                 meter.checkpoint()
 
-    protocol.propose, protocol.consider = measured_propose, measured_consider
+    protocol.ask_proposer, protocol.consider = measured_propose, measured_consider
 
 
 def instrument_problems(meter: Meter) -> None:
