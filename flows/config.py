@@ -53,6 +53,9 @@ class RunConfig(Contract):
     sizes: SizeSet | None = Field(default=None, description="workload set to time; None: gpu on cuda")
     baselines: list[Baseline] | None = Field(default=None, description="baselines timed beside each candidate; "
                                              "None: eager and torch.compile on cuda, eager on cpu")
+    timing_budget_s: float | None = Field(default=None, gt=0, description="seconds of timing per workload in one "
+                                          "benchmark call, at most (a search's own rungs may ask for less); None: 30 "
+                                          "on cuda, 5 on cpu")
     executor: Literal["subprocess", "inline", "docker"] = Field(default="subprocess", description="where stages that "
                                                                 "run candidate code run")
     image: str | None = Field(default=None, description="stage worker image, for executor docker")

@@ -166,6 +166,7 @@ def benchmark_step(run: Run, candidate: Candidate, accept: Callable[[BenchmarkRe
     baselines, workloads, precheck); charged, a failure kept. `accept`: as Steps.benchmark."""
     state = run.state
     knobs.setdefault("baselines", state.baselines)
+    knobs["budget_s"] = min(knobs.get("budget_s", state.timing_budget_s), state.timing_budget_s)
     timed = run.steps.benchmark(run.problem, candidate, state.device, state.sizes, accept=accept, **knobs)
     state.spend_device(timed.duration_s)
     if timed.status != "ok":
@@ -201,7 +202,7 @@ def rejected(run: Run, candidate: Candidate, stage: Literal["compile", "verify",
 def baseline_only(run: Run) -> None:
     """The baselines timed alone: what the user already has, recorded when no candidate verified."""
     state = run.state
-    run.steps.benchmark(run.problem, None, state.device, state.sizes, state.baselines)
+    run.steps.benchmark(run.problem, None, state.device, state.sizes, state.baselines, budget_s=state.timing_budget_s)
 
 
 def profile_promoted(run: Run, candidate: Candidate) -> None:

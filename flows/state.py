@@ -38,6 +38,8 @@ class SearchState:
         self.sizes: SizeSet = config.sizes or defaults.timed_sizes(problem, self.device)
         self.baselines: list[Baseline] = (config.baselines if config.baselines is not None
                                           else defaults.baselines(self.device))
+        self.timing_budget_s: float = (config.timing_budget_s if config.timing_budget_s is not None
+                                       else defaults.timing_budget_s(self.device))
         self.tried: list[str] = []  # candidate ids, in the order they were first considered
         self.candidates: dict[str, Candidate] = {}
         self.best: tuple[float, Candidate] | None = None  # the incumbent: its geomean speedup over eager

@@ -18,3 +18,10 @@ def verified_sizes(problem: Problem, device: Device, timed: SizeSet) -> list[Siz
 def baselines(device: Device) -> list[Baseline]:
     """Eager always; torch.compile on a GPU (on a CPU its inductor C++ build costs more than it tells)."""
     return ["eager", "compile"] if device == "cuda" else ["eager"]
+
+
+def timing_budget_s(device: Device) -> float:
+    """Seconds of timing per workload in one benchmark call, at most (the timing stops sooner once its interval is
+    tight): 30 on a GPU; 5 on a CPU, whose interpreted Triton calls are slow and whose times say nothing of GPU
+    speed."""
+    return 30.0 if device == "cuda" else 5.0

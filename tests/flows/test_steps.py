@@ -45,3 +45,27 @@ def test_the_steps_record_every_result_with_its_files_kept_as_blobs(tmp_path: Pa
     assert {"ptx:add_kernel", "cubin:add_kernel", "stage_log"} <= set(kept)
     assert store.blob(kept["cubin:add_kernel"])[:4] == b"\x7fELF"
     assert b"trial 0" in store.blob(json.loads(rows["verifications"].blobs.iloc[0])["verify_log"])
+
+
+def test_a_runs_timing_budget_bounds_every_benchmark_call_of_its_search() -> None:
+    """The run's timing budget (RunConfig.timing_budget_s, else 30 s on cuda and 5 s on cpu) caps each benchmark call's
+    budget per shape; a search's own rung may ask for less, never for more."""
+    from types import SimpleNamespace
+
+    from kernelflow.flows.config import RunConfig
+    from kernelflow.flows.run import benchmark_step
+    from kernelflow.flows.state import SearchState
+
+    asked: list[float] = []
+
+    def benchmark(problem, candidate, device, sizes, accept=None, **knobs):
+        asked.append(knobs["budget_s"])
+        return SimpleNamespace(status="ok", duration_s=0.0)
+
+    for config, knobs, expect in ((RunConfig(device="cpu"), {}, 5.0), (RunConfig(device="cuda"), {}, 30.0),
+                                  (RunConfig(device="cpu", timing_budget_s=1.5), {}, 1.5),
+                                  (RunConfig(device="cuda"), {"budget_s": 2.0}, 2.0),
+                                  (RunConfig(device="cpu"), {"budget_s": 30.0}, 5.0)):
+        run = SimpleNamespace(problem=PROBLEM, state=SearchState(PROBLEM, config), steps=SimpleNamespace(benchmark=benchmark))
+        benchmark_step(run, CANDIDATE, **knobs)  # type: ignore[arg-type]
+        assert asked[-1] == expect, (config, knobs)
