@@ -212,18 +212,27 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from kernelflow.flows.optimize import optimize
     from kernelflow.stages.problems.solexec import resolve
 
     _executor(args)  # --image and --executor checked before Prefect starts
+    _prefect_api()
+    from kernelflow.flows.optimize import optimize
+
     summary = optimize(str(Path(resolve(args.problem)).resolve()), run_config(args), resume=args.resume)
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
 
 
+def _prefect_api() -> None:
+    """Before a command that runs flows imports Prefect: the API it talks to, if none is configured a local server
+    that ends with this process (kernelflow/local_server.py), never one that outlives a killed run."""
+    from kernelflow.local_server import ensure
+
+    ensure(float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)))
+
+
 def cmd_campaign(args: argparse.Namespace) -> int:
-    from kernelflow.flows.campaign import campaign
     from kernelflow.flows.suite import SuiteError, load_suite
 
     try:
@@ -231,6 +240,9 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     except SuiteError as e:
         print(e, file=sys.stderr)
         return 1
+    _prefect_api()
+    from kernelflow.flows.campaign import campaign
+
     summary = campaign(str(Path(args.suite).resolve()), store=args.store, dispatch=args.dispatch)
     for entry, outcome in summary["problems"].items():
         print(f"{entry:28s} {outcome['status']:9s} {outcome['verdict']:12s} {outcome['run_id'] or '-'}")
@@ -252,6 +264,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    _prefect_api()
     from kernelflow.deploy import serve
 
     when = {"cron": args.cron} if args.cron else {}  # default: the nightly schedule of infra/prefect.yaml
