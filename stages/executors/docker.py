@@ -9,8 +9,10 @@ image's non-root user (or, when kernelflow itself is not root, as the caller's u
 - a memory and a process limit, the request's deadline (past it the container is killed: a "timeout" result);
 - an environment built from nothing (never the caller's: no key or token can reach candidate code);
 - the GPUs (a device request) only when the request's device is cuda: compile never sees one.
-The container is removed whatever happens. The image must carry the same stage code as the caller (the
-fingerprint label that `make images` writes); an old image is an infrastructure error, not a silent mismatch.
+The container is removed whatever happens, a SIGKILL of the caller included: each names its owner in a label,
+and a guard process removes an owner's containers when it ends (stages/executors/container_guard.py). The image
+must carry the same stage code as the caller (the fingerprint label that `make images` writes); an old image is an
+infrastructure error, not a silent mismatch.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pydantic import Field
 
 from kernelflow.stages.contracts import Contract, StageRequest
 from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors.container_guard import OWNER_LABEL, ensure_guard, owner
 
 FINGERPRINT_LABEL = "org.kernelflow.code-fingerprint"
 # What a stage process imports of ours (a test checks the list): the image must carry these files as they are here.
@@ -63,14 +66,17 @@ def _own_fingerprint() -> str:
 
 
 def _client() -> Any:
-    """A client per call: stage calls run in threads side by side (parallel compiles), and a client is not shared."""
+    """A client per call: stage calls run in threads side by side (parallel compiles), and a client is not shared.
+    The first also starts this process's container guard."""
     import docker
 
     try:
-        return docker.from_env()
+        client = docker.from_env()
     except docker.errors.DockerException as e:
         raise InfrastructureError(f"the docker executor found no Docker engine (DOCKER_HOST or "
                                   f"/var/run/docker.sock): {e}") from e
+    ensure_guard()
+    return client
 
 
 def _image_user(client: Any, name: str) -> str:
@@ -195,7 +201,7 @@ def _run(client: Any, command: list[str], request: StageRequest, docker: Docker,
             network_mode="none", read_only=True, mounts=mounts, init=True,
             tmpfs={"/tmp": f"rw,exec,nosuid,nodev,size={docker.tmp_size},mode=1777"}, mem_limit=docker.mem_limit,
             memswap_limit=docker.mem_limit, pids_limit=docker.pids_limit, cap_drop=["ALL"],
-            security_opt=["no-new-privileges"], labels={"org.kernelflow.stage": command[2]},
+            security_opt=["no-new-privileges"], labels={"org.kernelflow.stage": command[2], OWNER_LABEL: owner()},
             log_config=sdk.types.LogConfig(type="json-file", config={"max-size": "20m"}),
             device_requests=[_gpus()] if getattr(request, "device", None) == "cuda" else None)
         container.start()

@@ -6,8 +6,10 @@ The container tests need a Docker engine and the image `make image-cpu` builds f
 under CI (CI=true), where .ci/run provides both and their absence fails.
 """
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,8 +27,10 @@ from kernelflow.stages import generate
 from kernelflow.stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
 from kernelflow.stages.errors import InfrastructureError
 from kernelflow.stages.executors import docker as docker_executor
+from kernelflow.stages.executors.container_guard import OWNER_LABEL, owner
 from kernelflow.stages.executors.docker import FINGERPRINT_LABEL, FINGERPRINTED, Docker, code_fingerprint
 from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.executors.sandbox import descendants
 from tests.stages.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
@@ -188,6 +192,82 @@ def test_the_optimize_flow_runs_its_stages_in_containers(engine, request, tmp_pa
                for p in tmp_path.rglob("verify.request.json"))  # what only the docker executor writes
 
 
+# --- a caller killed: its containers end too (stages/executors/container_guard.py) -----------------------------------
+
+HOLDER = """
+import sys
+from pathlib import Path
+from kernelflow.stages.contracts import StageRequest
+from kernelflow.stages.executors import docker as d
+work = Path(sys.argv[1])
+d._run(d._client(), ["sh", "-c", "sleep 600"], StageRequest(workdir=str(work), timeout_s=600),
+       d.Docker(image=sys.argv[2]), "65534:65534", [], work / "log")
+"""
+
+
+@pytest.fixture(scope="module")
+def any_engine():
+    """An engine and IMAGE, whatever stage code it carries: these containers run `sleep`."""
+    try:
+        client = docker.from_env()
+        client.images.get(IMAGE)
+    except docker.errors.DockerException as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the docker executor's tests on a real engine: {e}")
+        pytest.skip(f"no Docker engine or no image {IMAGE}: {e}")
+    return client
+
+
+def holding(tmp_path: Path, client, started: list[subprocess.Popen]) -> tuple[subprocess.Popen, list[int]]:
+    """A process in the middle of a stage call (a container running `sleep`), added to `started`; (it, its guard's
+    pid, if any)."""
+    (tmp_path / "work").mkdir(parents=True)
+    started.append(proc := subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "work"), IMAGE], cwd=ROOT))
+    deadline = time.monotonic() + 60
+    while not [c for c in owned(client, proc.pid) if c.status == "running"]:
+        assert proc.poll() is None and time.monotonic() < deadline, "no container started"
+        time.sleep(0.2)
+    return proc, [pid for pid in descendants(proc.pid) if b"container_guard" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+def owned(client, pid: int) -> list:
+    return [c for c in client.containers.list(all=True, filters={"label": OWNER_LABEL}, ignore_removed=True)
+            if c.labels[OWNER_LABEL].split(":")[1] == str(pid)]
+
+
+def gone(client, pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while owned(client, pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not owned(client, pid)
+
+
+def test_a_sigkilled_caller_leaves_no_container_and_a_killed_guard_is_made_up_by_the_next(any_engine, tmp_path: Path):
+    started: list[subprocess.Popen] = []
+    try:
+        proc, _ = holding(tmp_path / "a", any_engine, started)
+        proc.kill()
+        proc.wait()
+        assert gone(any_engine, proc.pid, within_s=10), "the container outlived the SIGKILLed process that started it"
+
+        orphan, guards = holding(tmp_path / "b", any_engine, started)
+        for guard in guards:  # killed with its owner, as when every process of a machine is
+            os.kill(guard, signal.SIGKILL)
+        orphan.kill()
+        orphan.wait()
+        time.sleep(1)
+        assert [c.status for c in owned(any_engine, orphan.pid)] == ["running"]
+        holding(tmp_path / "c", any_engine, started)  # the next caller's guard removes it
+        assert gone(any_engine, orphan.pid, within_s=10), "a container whose owner had ended was left running"
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+            for container in owned(any_engine, proc.pid):  # what a failing check left
+                with contextlib.suppress(docker.errors.NotFound):  # its guard was quicker
+                    container.remove(force=True)
+
+
 # --- without an engine ----------------------------------------------------------------------------------------------
 
 
@@ -282,6 +362,7 @@ def test_the_container_is_created_locked_down(fake, tmp_path: Path, monkeypatch)
     assert (kw["mem_limit"], kw["pids_limit"], kw["device_requests"]) == ("2g", 4096, None)  # CPU: no GPU
     assert "OPENAI_API_KEY" not in kw["environment"] and kw["environment"]["TRITON_INTERPRET"] == "1"
     assert kw["command"][:3] == ["python", "-m", "kernelflow.stages.verify"] and list(kw["tmpfs"]) == ["/tmp"]
+    assert kw["labels"][OWNER_LABEL] == owner()  # what its guard removes when this process ends
     assert client.container.calls == ["start", "wait", "logs", "reload", "remove(force=True)"]
 
 
