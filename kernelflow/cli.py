@@ -208,7 +208,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         llm=LLMLimits(model=args.model, max_tokens=args.llm_max_tokens, max_usd=args.llm_max_usd),
         device=args.device, sizes=args.sizes, baselines=args.baselines.split(",") if args.baselines else None,
         executor=args.executor, image=args.image, store=args.store, policy=_policy(args.policy),
-        warm_start=args.warm_start)
+        warm_start=args.warm_start, timing_budget_s=args.timing_budget)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -320,6 +320,8 @@ def parser() -> argparse.ArgumentParser:
                    "agents (specialized agents taking turns, a shared memory, a deterministic guard)")
     o.add_argument("--gpu-seconds", type=float, help="stop when verify, benchmark and profile calls have used this "
                    "much device time")
+    o.add_argument("--timing-budget", type=float, metavar="SECONDS", help="timing per shape in one benchmark call, "
+                   "at most (it stops sooner once its interval is tight; default 30 on cuda, 5 on cpu)")
     o.add_argument("--target-sol", type=float, metavar="FRACTION", help="stop once the best candidate reaches this "
                    "share of speed of light (floor / median, geomean over the timed shapes; a GPU with known ceilings)")
     o.add_argument("--resume", metavar="RUN_ID", help="continue an interrupted run from its artifacts (its "
