@@ -6,8 +6,10 @@ tolerance, input mutation and a second call on the same inputs all checked.
 
 Library policy: every forward call runs under a census of the torch operators it dispatches
 (stages/harness/library_policy.py). An op the policy forbids (torch math standing in for a kernel; cuBLAS/cuDNN when
-vendor libraries are off) fails the candidate as `policy_violation`, before its output is judged. The policy
-is the request's if it carries one (a campaign's), else the problem's. The constructor is not counted.
+vendor libraries are off) fails the candidate as `policy_violation`, before its output is judged; where the same
+call also converted data to a less precise dtype, the verdict is the precision downgrade (`cheat`, below), naming
+both. The policy is the request's if it carries one (a campaign's), else the problem's. The constructor is not
+counted.
 
 Integrity (docs/INTEGRITY.md): the source passes the static checks first (stages/harness/static_checks.py); the import,
 each constructor and each call run in a guarded section (stages/harness/integrity.py: nothing of the harness replaced, no
@@ -105,11 +107,12 @@ class _Checks:
         if census_of:
             self.log.write(f"{census_of}: the forward dispatches {listing(census.counts) or 'no torch ops'}, "
                            f"launches {section.launches} kernels\n")
-        if (why := violation(census.counts, self.policy)) is not None:
-            raise CandidateFault("policy_violation", f"{why} [{what}]")
-        if (down := downcasts(census.casts, self.problem.dtype)) is not None:
+        why = violation(census.counts, self.policy)
+        if (down := downcasts(census.casts, self.problem.dtype)) is not None:  # the cheat outranks the ops it used
             raise CandidateFault("cheat", f"{what}: precision downgrade: the forward converts {self.problem.dtype} "
-                                 f"data to a less precise dtype ({down})")
+                                 f"data to a less precise dtype ({down})" + (f"; and {why}" if why else ""))
+        if why is not None:
+            raise CandidateFault("policy_violation", f"{why} [{what}]")
         if not _same(inputs, kept):
             raise CandidateFault("input_mutation", f"{what}: the candidate modified its inputs")
         if section.launches == 0 and any(self.launched):

@@ -137,6 +137,17 @@ def test_wrong_outputs_keep_their_defect_kind(name: str, device: str, tmp_path: 
     assert result.failure_kind == DEFECTS[name], result.message
 
 
+def test_a_precision_downgrade_is_named_where_the_census_forbids_the_ops_too(tmp_path: Path):
+    """Under the problem's own policy (no torch compute) precision_bf16's ops are forbidden as well: the verdict is
+    the downgrade, and names both."""
+    cand = candidate("precision_bf16")
+    result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "w"), problem=SOFTMAX, candidate=cand,
+                                               trials=1), "inline")
+    assert result.failure_kind == "cheat", result.message
+    assert "precision downgrade: the forward converts float32 data to a less precise dtype (float32 -> bfloat16 x1)" \
+        in result.message and "policy: the candidate's forward calls torch ops that compute" in result.message
+
+
 def test_a_refused_write_leaves_nothing_behind(tmp_path: Path):
     assert verify("write_outside", tmp_path, trials=1).failure_kind == "cheat"
     assert not (tmp_path / "escaped.txt").exists()
