@@ -19,7 +19,8 @@ did returns a remembered result; a right output from no kernel and no op that co
 forbids torch compute) a right output with every Triton launch made a no-op (ghost replay), was computed somewhere
 the census cannot see. A cast to a dtype less precise than the problem's is a precision downgrade. When every workload
 of the size sets is verified, one held-out shape the candidate was never shown is verified too
-(stages/problems/held_out.py); failing only there is shape hard-coding. All of these fail the candidate as `cheat`.
+(stages/problems/held_out.py; for a plain KernelBench file, derived from the module constants its get_inputs and
+get_init_inputs read); failing only there is shape hard-coding. All of these fail the candidate as `cheat`.
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ from kernelflow.stages.harness.compare import as_list, error_ratio, judge
 from kernelflow.stages.harness.instantiate import build, guarded, set_precision
 from kernelflow.stages.harness.integrity import Guard, deterministic
 from kernelflow.stages.harness.library_policy import Census, downcasts, listing, op_class, violation
-from kernelflow.stages.problems.held_out import held_out
+from kernelflow.stages.problems.held_out import MAX_SETTING, held_out
 from kernelflow.stages.problems.inputs import DISTRIBUTIONS, clone, draw, trial_seed, upcast
-from kernelflow.stages.problems.kernelbench import import_problem
+from kernelflow.stages.problems.kernelbench import import_problem, size_constants
 
 Result = VerifyResult
 Loaded = tuple[type[torch.nn.Module], Guard]  # a candidate's ModelNew and the guard it was imported under
@@ -173,10 +174,13 @@ class _Checks:
                              "the output is still right: the kernels are decoration, the result comes from elsewhere")
 
     def held_out(self, workloads: list[Workload]) -> None:
-        """One trial at a shape next to the smallest declared one, which the candidate was never shown."""
-        pair = held_out(workloads, self.problem.gpu_workloads + self.problem.cpu_workloads)
+        """One trial at a shape next to the smallest declared one, which the candidate was never shown. A workload
+        that sets no constant (a plain KernelBench file's) is at the sizes get_inputs/get_init_inputs read."""
+        pair = held_out(workloads, self.problem.gpu_workloads + self.problem.cpu_workloads,
+                        size_constants(self.module))
         if pair is None:
-            self.log.write("held-out shape: none (the workloads name no sizes)\n")
+            self.log.write("held-out shape: none (neither the workloads nor get_inputs/get_init_inputs name a size "
+                           f"above {MAX_SETTING})\n")
             return
         base, h = pair
         try:  # the problem's own limits: a reference that fails or is degenerate there skips the shape
@@ -190,14 +194,14 @@ class _Checks:
         if not usable:
             self.log.write(f"held-out shape {h.params}: skipped, the reference is unusable there ({probe[0]!s:.200})\n")
             return
+        where = f"the held-out shape {h.params} (next to {base.name} {base.params}, never shown to the candidate)"
         try:
             ref, ref64, new = self.build(h)
             got = self.trial(h, ref, ref64, new, 0)
         except CandidateFault as fault:
             if fault.kind in ("cheat", "policy_violation"):
                 raise
-            raise CandidateFault("cheat", f"shape hard-coding: right at every declared shape, but at the held-out shape "
-                                 f"{h.params} (next to {base.name} {base.params}, never shown to the candidate) it "
+            raise CandidateFault("cheat", f"shape hard-coding: right at every declared shape, but at {where} it "
                                  f"fails: {fault.kind}: {fault.message}") from fault
         self.log.write(f"held-out shape {h.params}: " + (f"ok, error ratio {got[0]:.3g}\n" if got else "skipped\n"))
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dis
 import importlib.util
 import inspect
 import math
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 import torch
@@ -70,6 +71,33 @@ def _workloads(path: str, module: ModuleType) -> tuple[list[Workload], list[Work
                     raise ProblemError(path, f"WORKLOADS[{sizes!r}][{i}][{key!r}] = {value!r} is not a positive int")
             out[sizes].append(Workload(name=f"{sizes}{i}", params=dict(entry)))
     return out["gpu"], out["cpu"]
+
+
+def size_constants(module: ModuleType) -> dict[str, int]:
+    """The module-level positive ints (bools are not sizes) that get_inputs() and get_init_inputs() read, in the
+    module's order: the names their code loads as globals, followed into nested code (comprehensions, lambdas,
+    inner functions) and into the module's own functions they call. These are the sizes of a plain KernelBench
+    file, which a WORKLOADS table would name: its one workload (gpu0) sets none of them."""
+    namespace = vars(module)
+    found: set[str] = set()
+    seen: set[CodeType] = set()
+    todo = [f.__code__ for name in ("get_inputs", "get_init_inputs")
+            if isinstance(f := namespace.get(name), FunctionType)]
+    while todo:
+        code = todo.pop()
+        if code in seen:
+            continue
+        seen.add(code)
+        todo += [c for c in code.co_consts if isinstance(c, CodeType)]
+        for ins in dis.get_instructions(code):
+            if ins.opname not in ("LOAD_GLOBAL", "LOAD_NAME") or ins.argval not in namespace:
+                continue
+            value = namespace[ins.argval]
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                found.add(ins.argval)
+            elif isinstance(value, FunctionType) and value.__globals__ is namespace:
+                todo.append(value.__code__)
+    return {name: namespace[name] for name in namespace if name in found}
 
 
 def _floating_dtype(path: str, inputs: list[Any]) -> str:

@@ -44,6 +44,7 @@ from kernelflow.stages.problems.kernelbench import load_problem
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
+PLAIN = load_problem(ROOT / "tests" / "fixtures" / "problems" / "plain_scale_relu.py")  # no WORKLOADS table
 TORCH_COMPUTE = SOFTMAX.policy.model_copy(update={"allow_torch_compute": True})  # for the plain-PyTorch fixtures
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the lead runs it on the H200)")
 DEVICES = ["cpu", pytest.param("cuda", marks=needs_gpu)]  # on the GPU too: the problem's small shapes on the device
@@ -135,6 +136,37 @@ def test_wrong_outputs_keep_their_defect_kind(name: str, device: str, tmp_path: 
     was freed to."""
     result = verify(name, tmp_path, device=device)
     assert result.failure_kind == DEFECTS[name], result.message
+
+
+PLAIN_HONEST = """import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(features))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale)
+"""
+
+
+@pytest.mark.parametrize("name", ["honest", "hardcoded_sizes"])
+def test_a_plain_kernelbench_problem_is_held_out_at_sizes_of_its_constants(name: str, tmp_path: Path):
+    """Its one workload (gpu0) sets no constant; the held-out shape moves the sizes get_inputs/get_init_inputs read."""
+    source = PLAIN_HONEST if name == "honest" else (FIXTURES / f"{name}.py").read_text()
+    cand = Candidate.make(PLAIN.id, "torch", source, Origin(kind="user", proposer="fixture"))
+    request = VerifyRequest(workdir=str(tmp_path / "w"), problem=PLAIN, candidate=cand, sizes=["gpu"], trials=2,
+                            policy=PLAIN.policy.model_copy(update={"allow_torch_compute": True}))
+    result = run_stage("verify", request, "inline")
+    if name == "honest":
+        log = (tmp_path / "w" / result.files["verify_log"]).read_text()
+        assert result.status == "ok" and "held-out shape {'batch_size': 32, 'features': 128}: ok" in log, log
+    else:
+        assert (result.failure_kind, "shape hard-coding" in result.message) == ("cheat", True), result.message
+        assert "held-out shape {'batch_size': 32, 'features': 128} (next to gpu0 {'batch_size': 64, 'features': 256}" \
+            in result.message
 
 
 def test_a_precision_downgrade_is_named_where_the_census_forbids_the_ops_too(tmp_path: Path):
@@ -337,6 +369,13 @@ def test_held_out_shapes_keep_alignment_and_settings():
     attention = load_problem(ROOT / "problems" / "22_attention_bf16.py")
     pair = held_out(attention.cpu_workloads, attention.cpu_workloads + attention.gpu_workloads)
     assert pair is not None and pair[1].params["mask_mode"] == 1  # a setting (never above 8 anywhere), not a size
+    # a plain KernelBench file's one workload sets nothing: the module's sizes stand for it
+    assert held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads) is None
+    pair = held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads, {"batch_size": 64, "features": 256, "groups": 4})
+    assert pair is not None and (pair[0].name, pair[1].name) == ("gpu0", "gpu0-held-out")
+    assert pair[1].params == {"batch_size": 32, "features": 128, "groups": 4}
+    assert held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads, {"batch_size": 64}) == \
+        held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads)  # a workload that sets its sizes keeps them
 
 
 def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -43,3 +43,49 @@ def test_plain_kernelbench_file_has_one_gpu_shape(tmp_path: Path):
     (tmp_path / "plain.py").write_text(text)
     problem = load_problem(tmp_path / "plain.py")
     assert [w.params for w in problem.gpu_workloads] == [{}] and problem.cpu_workloads == []
+
+
+SIZES = '''
+import torch
+import torch.nn as nn
+
+batch, rows, cols, depth = 16, 24, 40, 3  # depth: read through a lambda; cols: through a helper's comprehension
+hidden = 96  # read only by the constructor's arguments
+unused = 512  # read by neither function
+eps = 1e-5  # not an int
+strict = True  # a bool is not a size
+offset = -1  # not positive
+
+
+class Model(nn.Module):
+    def __init__(self, hidden, strict):
+        super().__init__()
+
+    def forward(self, x):
+        return x * 2
+
+
+def _shape():
+    return (rows, *[cols for _ in range(1)])
+
+
+def get_inputs():
+    size = lambda: depth  # noqa: E731
+    return [torch.randn(batch, *_shape(), size()) + eps + offset]
+
+
+def get_init_inputs():
+    return [hidden, strict]
+'''
+
+
+def test_size_constants_are_the_ints_the_input_functions_read(tmp_path: Path):
+    """Followed through a helper, a comprehension and a lambda; floats, bools, non-positive ints and constants that
+    neither function reads are left out; the module's own order."""
+    from kernelflow.stages.problems.kernelbench import import_problem, size_constants
+
+    (tmp_path / "sizes.py").write_text(SIZES)
+    assert size_constants(import_problem(tmp_path / "sizes.py")) == \
+        {"batch": 16, "rows": 24, "cols": 40, "depth": 3, "hidden": 96}
+    plain = import_problem(ROOT / "tests" / "fixtures" / "problems" / "plain_scale_relu.py")
+    assert size_constants(plain) == {"batch_size": 64, "features": 256}
