@@ -20,7 +20,8 @@ forbids torch compute) a right output with every Triton launch made a no-op (gho
 the census cannot see. A cast to a dtype less precise than the problem's is a precision downgrade. When every workload
 of the size sets is verified, one held-out shape the candidate was never shown is verified too
 (stages/problems/held_out.py; for a plain KernelBench file, derived from the module constants its get_inputs and
-get_init_inputs read); failing only there is shape hard-coding. All of these fail the candidate as `cheat`.
+get_init_inputs read); failing only there, or the stage process dying there, is shape hard-coding. All of these
+fail the candidate as `cheat`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 
 import torch
 
+from kernelflow.stages import phase
 from kernelflow.stages.contracts import FailureKind, VerifyRequest, VerifyResult, Workload
 from kernelflow.stages.errors import CandidateFault
 from kernelflow.stages.harness import launches, static_checks
@@ -175,7 +177,8 @@ class _Checks:
 
     def held_out(self, workloads: list[Workload]) -> None:
         """One trial at a shape next to the smallest declared one, which the candidate was never shown. A workload
-        that sets no constant (a plain KernelBench file's) is at the sizes get_inputs/get_init_inputs read."""
+        that sets no constant (a plain KernelBench file's) is at the sizes get_inputs/get_init_inputs read. A stage
+        process that dies there, whatever code was running, is shape hard-coding too (stages/phase.py)."""
         pair = held_out(workloads, self.problem.gpu_workloads + self.problem.cpu_workloads,
                         size_constants(self.module))
         if pair is None:
@@ -196,8 +199,10 @@ class _Checks:
             return
         where = f"the held-out shape {h.params} (next to {base.name} {base.params}, never shown to the candidate)"
         try:
-            ref, ref64, new = self.build(h)
-            got = self.trial(h, ref, ref64, new, 0)
+            with phase.running(where, verdict=("cheat", f"shape hard-coding: right at every declared shape; the "
+                                                        f"process died at {where}")):
+                ref, ref64, new = self.build(h)
+                got = self.trial(h, ref, ref64, new, 0)
         except CandidateFault as fault:
             if fault.kind in ("cheat", "policy_violation"):
                 raise

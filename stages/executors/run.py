@@ -2,8 +2,10 @@
 code), or in a container of its own (stages/executors/docker.py: no network, read-only root, limits, non-root user).
 
 A candidate that crashes the process, calls os._exit, hangs or poisons the CUDA context only loses its own
-process: the executor turns that into a failure result with the process log named in its files. Inline stages share the
-flow's process, keys included: inline is for trusted code and tests.
+process: the executor turns that into a failure result with the process log named in its files, and says during which
+phase the process ended (stages/phase.py): the candidate's code (then the candidate ended it, whatever the exit
+status), or a step whose crash has a verdict of its own (verify's held-out shape: shape hard-coding, `cheat`).
+Inline stages share the flow's process, keys included: inline is for trusted code and tests.
 
 A stage subprocess (stages/executors/sandbox.py, `Sandbox`) gets the environment without secrets (SECRET: API keys, tokens,
 cloud credentials), a temp dir of its own in the call's work dir, limits the kernel enforces on it and on every
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from kernelflow.stages import phase
 from kernelflow.stages.contracts import StageRequest, StageResult
 from kernelflow.stages.entry import INFRA_EXIT
 from kernelflow.stages.errors import InfrastructureError
@@ -104,6 +107,7 @@ def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> St
     workdir.mkdir(parents=True, exist_ok=True)
     req_path, res_path, log_path = (workdir / f"{name}.{suffix}" for suffix in ("request.json", "result.json", "log"))
     res_path.unlink(missing_ok=True)
+    phase.path_for(res_path).unlink(missing_ok=True)  # an earlier call's, which would speak for this one
     started = time.perf_counter()
     record: dict[str, str] = {}  # the subprocess sandbox's (stages/executors/sandbox.py)
     if isinstance(mode, Docker):
@@ -120,9 +124,13 @@ def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> St
         result.sandbox = record
         return result
     tail = log_bytes.decode(errors="replace")[-2000:]
-    if code == INFRA_EXIT and kind == "crash":
+    died = phase.died(res_path)  # what the process was running when it ended (stages/phase.py)
+    if code == INFRA_EXIT and kind == "crash" and not (died and died.candidate):
         raise InfrastructureError(f"stage {name} failed outside the candidate ({why}); log {log_path}:\n{tail}")
-    result = module.failed(request, kind, f"{why}. Log tail:\n{tail}", {"stage_log": log_file})
+    if died is not None:
+        kind, why = died.verdict(kind, why)
+    evidence = f"{why}. Log tail:\n{tail}" if tail.strip() else f"{why}; the log is empty"
+    result = module.failed(request, kind, evidence, {"stage_log": log_file})
     result.duration_s, result.sandbox = time.perf_counter() - started, record
     return result
 

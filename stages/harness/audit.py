@@ -9,7 +9,7 @@ records:
 - network: socket connect, bind, sendto and host-name lookups;
 - writes outside the allowed places (the work dir, Triton's and torch's caches and extension builds, tempfile's
   own names in the temp dir unless the work dir lies in one) and writes to the stage's own files (request,
-  result, log);
+  result, log, phase);
 - reads of credential files and of /proc/*/environ.
 While active (timed calls excepted), os.environ is a twin over the same variables that watches reads: a
 secret-named variable read by code outside the Python installation and this project (the candidate's code, not
@@ -50,7 +50,7 @@ WRITES = {"os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.rename": ((0, 2), (
           "shutil.copyfile": ((1, None),), "shutil.copytree": ((1, None),), "shutil.move": ((0, None), (1, None))}
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 TEMP_NAMES = ("tmp", "torchinductor_")  # tempfile's own names (Triton's ptxas files), inductor's cache
-STAGE_FILES = re.compile(r"\.(request\.json|result\.json|log)$")
+STAGE_FILES = re.compile(r"\.(request\.json|result\.json|log|phase)$")
 LIBRARY_ROOTS = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)} |
                       {str(Path(__file__).resolve().parents[2] / d) for d in ("stages", "artifacts", "flows", "kernelflow")})
 
@@ -99,7 +99,7 @@ class Watch:
         if path == os.devnull:
             return True
         if os.path.dirname(path) == self.workdir and STAGE_FILES.search(os.path.basename(path)):
-            return False  # the stage's own request, result and log (stages/executors/run.py), not any *.log below
+            return False  # the stage's own request, result, log, phase (stages/executors/run.py); not any *.log below
         if any(_inside(path, root) for root in self.allowed):
             return True
         if not _inside(path, self.temp):

@@ -16,7 +16,8 @@ constructor, every forward call, timed or not) then checks, when the candidate's
   are tracked by stages/harness/audit.py;
 - the audit hook (stages/harness/audit.py) recorded no network use, no write outside the work dir, no secret read.
 Any of these fails the candidate as `cheat`, naming the section and what changed. The section also counts the
-kernels the code launched (stages/harness/launches.py) for the caller's launch census.
+kernels the code launched (stages/harness/launches.py) for the caller's launch census, and is a phase of candidate
+code (stages/phase.py): a stage process that ends inside it is said to have been ended by the candidate, during it.
 
 All of this is in-process and best effort against code that can read the guard's own memory; it raises the cost of
 cheating and records the attempt. Isolation is the executor's (its own process, and later a sandbox).
@@ -41,6 +42,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kernelflow.stages import phase
 from kernelflow.stages.errors import CandidateFault
 from kernelflow.stages.harness import audit, launches
 
@@ -307,7 +309,7 @@ class Guard:
         call, threads, before = Call(), {*threading.enumerate(), *audit.raw_threads()}, settings()
         attempts, launched = len(self.watch.attempts), launches.count()
         try:
-            with self.watch.active(environment=not timed):
+            with phase.running(what, candidate=True), self.watch.active(environment=not timed):
                 yield call
         except Exception as error:  # a cheat outranks the error it caused (an attempt the hook refused raises)
             if (why := self._fault(what, threads, before, attempts)) is not None:

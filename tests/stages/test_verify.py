@@ -35,14 +35,16 @@ EXPECTED = {
     "no_model": "import_error",
     "syntax_error": "import_error",
     "exit_crash": "crash",
+    "exit_forges_result": "crash",
     "segfault": "crash",
     "hang": "timeout",
 }
-SUBPROCESS_ONLY = {"exit_crash", "segfault", "hang"}
+SUBPROCESS_ONLY = {"exit_crash", "exit_forges_result", "segfault", "hang"}
 
 
-def verify(name: str, tmp_path: Path, mode: str):
-    source = (ROOT / "prompts" / "examples" / "triton_softmax.py" if name == "triton" else FIXTURES / f"{name}.py").read_text()
+def verify(name: str, tmp_path: Path, mode: str, source: str | None = None):
+    source = source or (ROOT / "prompts" / "examples" / "triton_softmax.py" if name == "triton"
+                        else FIXTURES / f"{name}.py").read_text()
     backend = "triton" if name == "triton" else "torch"
     candidate = Candidate.make(SOFTMAX.id, backend, source, Origin(kind="user", proposer="fixture"))
     request = VerifyRequest(workdir=str(tmp_path / "work"), problem=SOFTMAX,
@@ -101,6 +103,29 @@ def test_crash_keeps_the_log(tmp_path: Path):
     result = verify("segfault", tmp_path, "subprocess")
     log = (tmp_path / "work" / result.files["stage_log"]).read_text()
     assert "SIGSEGV" in result.message and "Fatal Python error" in log
+    assert result.message.startswith("the candidate ended the process (killed by signal SIGSEGV) during cpu0 trial 0 "
+                                     "(declared inputs) call 1. Log tail:"), result.message
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_candidate_that_calls_os_exit_is_named(tmp_path: Path, status: int):
+    """os._exit raises no audit event and leaves an empty log: the stage process's phase file names the call and
+    the section (stages/phase.py). Status 3 is the stage's own INFRA_EXIT, which from candidate code is the
+    candidate's crash, not an infrastructure fault to retry."""
+    source = (FIXTURES / "exit_crash.py").read_text().replace("os._exit(0)", f"os._exit({status})")
+    result = verify("exit_crash", tmp_path, "subprocess", source)
+    assert (result.failure_kind, result.message) == \
+        ("crash", f"the candidate ended the process with os._exit({status}) during cpu0 trial 0 (declared inputs) "
+                  "call 1; the log is empty")
+
+
+def test_a_system_exit_ends_the_stage_without_its_teardown(tmp_path: Path):
+    """exit_forges_result raises SystemExit from its forward, having registered an atexit hook that writes a passing
+    result where the stage writes its own: the stage process ends by os._exit, so the hook never runs."""
+    result = verify("exit_forges_result", tmp_path, "subprocess")
+    assert result.failure_kind == "crash", result.message
+    assert result.message.startswith("the candidate ended the process with SystemExit(0) during cpu0 trial 0")
+    assert not (tmp_path / "work" / "verify.result.json").exists()
 
 
 def test_good_candidate_reports_error_ratio(tmp_path: Path):

@@ -169,6 +169,17 @@ def test_a_plain_kernelbench_problem_is_held_out_at_sizes_of_its_constants(name:
             in result.message
 
 
+def test_a_process_that_dies_at_the_held_out_shape_is_shape_hard_coding(tmp_path: Path):
+    """hardcoded_crash aborts at a shape it was not tuned for, as a kernel whose out-of-bounds store corrupted the
+    heap does: the stage process dies, and its phase file says where (stages/phase.py)."""
+    result = verify("hardcoded_crash", tmp_path, "subprocess", trials=1)
+    assert result.failure_kind == "cheat", result.message
+    assert result.message.startswith("shape hard-coding: right at every declared shape; the process died at the "
+                                     "held-out shape {'batch_size': 6, 'dim': 64} (next to cpu0 {'batch_size': 7, "
+                                     "'dim': 96}, never shown to the candidate): the candidate ended the process "
+                                     "(killed by signal SIGABRT) during cpu0-held-out trial 0"), result.message
+
+
 def test_a_precision_downgrade_is_named_where_the_census_forbids_the_ops_too(tmp_path: Path):
     """Under the problem's own policy (no torch compute) precision_bf16's ops are forbidden as well: the verdict is
     the downgrade, and names both."""
