@@ -18,6 +18,7 @@ included), a private /proc and /dev, or a memory limit on GPU requests (docs/INT
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -33,12 +34,13 @@ from kernelflow.stages.contracts import StageRequest, StageResult
 from kernelflow.stages.entry import INFRA_EXIT
 from kernelflow.stages.errors import InfrastructureError
 from kernelflow.stages.executors.docker import Docker, run_in_container
-from kernelflow.stages.executors.sandbox import Plan, Sandbox, plan
+from kernelflow.stages.executors.sandbox import Plan, Sandbox, descendants, plan
 from kernelflow.stages.problems import fx_trace
 
 STAGES = {"compile": "kernelflow.stages.compile", "verify": "kernelflow.stages.verify", "benchmark": "kernelflow.stages.benchmark",
           "profile": "kernelflow.stages.profile"}
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+WATCH_S = 0.25  # how often a stage process's memory is read
 Mode = Literal["inline", "subprocess"] | Docker | Sandbox  # "subprocess" is Sandbox()
 
 
@@ -150,12 +152,51 @@ def _run_process(name: str, request: StageRequest, sandbox: Sandbox, req_path: P
             except subprocess.SubprocessError as e:  # the probe said it would work: not the candidate's doing
                 raise InfrastructureError(f"stage {name}: the process could not enter its sandbox ({e}); "
                                           f"{call.record}") from e
-            try:
-                code = proc.wait(timeout=request.timeout_s)
-                return (code, *_describe_exit(code, call), call.record)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return None, "timeout", f"killed after the {request.timeout_s:.0f} s deadline", call.record
+            code, kind, why = _watch(proc, request.timeout_s, call.resident_bytes)
+            if code is not None:
+                kind, why = _describe_exit(code, call)
+            return code, kind, why, call.record
     finally:
         call.clean()
+
+
+def _watch(proc: subprocess.Popen, timeout_s: float, resident_bytes: int) -> tuple[int | None, str, str]:
+    """Wait for the stage process; (its exit status, "", "") or, when it had to be ended with its process tree,
+    (None, kind, why): at the deadline ("timeout"), or when its processes together held more than `resident_bytes`
+    ("oom"), read from /proc every WATCH_S."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(WATCH_S, deadline - time.monotonic()))), "", ""
+        except subprocess.TimeoutExpired:
+            pass
+        tree = {proc.pid, *descendants(proc.pid)}
+        if (held := resident(tree)) > resident_bytes:
+            _end(proc, tree)
+            return None, "oom", (f"killed when its processes held {held / 2**30:.1f} GiB of resident memory (limit "
+                                 f"{resident_bytes / 2**30:.1f} GiB)")
+        if time.monotonic() >= deadline:
+            _end(proc, tree)
+            return None, "timeout", f"killed after the {timeout_s:.0f} s deadline"
+
+
+def _end(proc: subprocess.Popen, tree: set[int]) -> None:
+    """SIGKILL to the stage's process group and to every process of its tree (one that left the group too)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in tree - {proc.pid}:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def resident(pids: set[int]) -> int:
+    """Resident memory of these processes together, in bytes (VmRSS; one that ended meanwhile counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return total

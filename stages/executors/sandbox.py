@@ -3,21 +3,27 @@
 stages/harness/audit.py watches candidate code from inside its own process; a candidate that reaches the OS through ctypes or
 a child process passes it. What holds here holds for such a candidate and for every process it starts:
 - environment: the caller's without secret-named variables (stages/executors/run.py's `stage_env`);
-- temp dir: a fresh `<stage>.tmp` in the call's work dir (TMPDIR, TMP, TEMP), removed after the call. HOME stays, so
-  the compiled-kernel caches stay warm across calls: Triton's (~/.triton), CUDA's JIT cache (~/.nv), torch.compile's
-  (TORCHINDUCTOR_CACHE_DIR, kept where it was), torch extensions (TORCH_EXTENSIONS_DIR, under the store);
+- a throwaway HOME and temp dir: a fresh `<stage>.home` and `<stage>.tmp` in the call's work dir (HOME; TMPDIR, TMP,
+  TEMP), removed after the call. The compile caches stay warm where they were: Triton's (TRITON_HOME, the real
+  home), CUDA's JIT cache (CUDA_CACHE_PATH), torch.compile's (TORCHINDUCTOR_CACHE_DIR), torch extensions
+  (TORCH_EXTENSIONS_DIR, under the store), and the user's site-packages (PYTHONUSERBASE);
+- file-system writes only beneath the work dir, those caches and /dev (Landlock, stages/executors/landlock.py, where
+  the kernel has it): a write anywhere else fails with EACCES, from Python, ctypes or a child process alike;
 - limits set in the child before exec and inherited by its children: CPU time (from the request's deadline: past it
-  SIGXCPU, a "timeout" verdict), file size, no core dumps, processes and threads; address space on CPU requests only
-  (CUDA reserves far more virtual address space than any useful RLIMIT_AS; no cgroup is used);
+  SIGXCPU, a "timeout" verdict), file size, no core dumps, processes and threads; address space on requests that
+  run no GPU code (a compile, a CPU request: CUDA reserves far more virtual address space than any useful
+  RLIMIT_AS), and on every request the resident memory of the call's processes together, which the executor
+  watches from outside (stages/executors/run.py: past it the call ends as "oom"; no cgroup is used);
 - no network: a user namespace (our uid and gid mapped to themselves, so files and the 0666 /dev/nvidia* nodes stay
   reachable) and a network namespace with only loopback, up. Whether the kernel lets an unprivileged process do this
   is probed once per process, in a child.
 Each call's record (`StageResult.sandbox`) names every feature, "applied: ..." or "not applied: why". Nothing fails
-silently: `network_isolation="required"` turns a missing namespace into an error.
+silently: `network_isolation="required"` or `file_isolation="required"` turns a missing kernel feature into an error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import getpass
@@ -29,6 +35,7 @@ import re
 import resource
 import shutil
 import signal
+import site
 import socket
 import struct
 import subprocess
@@ -44,6 +51,7 @@ from pydantic import Field
 from kernelflow.stages.contracts import Contract, StageRequest
 from kernelflow.stages.entry import INFRA_EXIT
 from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors import landlock
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
@@ -67,7 +75,15 @@ class Sandbox(Contract):
                            "counted in its own user namespace where it has one, else on top of the tasks our uid runs "
                            "at spawn (the kernel counts per user); nvcc, ptxas and inductor's workers fit")
     memory_bytes: int = Field(default=16 << 30, description="address space per process (RLIMIT_AS), for requests "
-                              "whose device is cpu only: CUDA reserves more virtual memory than any useful limit")
+                              "that run no GPU code (a compile; device cpu): CUDA reserves more virtual memory than "
+                              "any useful limit")
+    resident_bytes: int | None = Field(default=None, description="resident memory of a call's processes together, "
+                                       "on every request: the executor ends the call past it (oom). None: half of "
+                                       "this machine's memory")
+    file_isolation: Literal["best_effort", "required", "off"] = Field(
+        default="best_effort", description="writes only beneath the work dir, the compile caches and /dev (Landlock): "
+        "applied where the kernel has it and recorded either way (best_effort), an InfrastructureError where it has "
+        "not (required), or not tried")
     network_isolation: Literal["best_effort", "required", "off"] = Field(
         default="best_effort", description="a network namespace with loopback only: applied where the kernel allows "
         "it and recorded either way (best_effort), an InfrastructureError where it does not (required), or not tried")
@@ -88,7 +104,11 @@ class Plan:
 
     env: dict[str, str]
     temp_dir: Path
+    home: Path
     isolate: bool
+    writable: tuple[str, ...] | None  # Landlock: the only places the process may change; None: not applied
+    landlock_abi: int
+    resident_bytes: int  # of the call's processes together, watched by the executor
     ids: tuple[int, int]  # effective uid and gid, mapped to themselves in the user namespace
     rlimits: tuple[tuple[int, int, int], ...]  # (resource, soft, hard), set after the namespace
     record: dict[str, str]
@@ -100,6 +120,8 @@ class Plan:
             isolate_network(*self.ids)
         for which, soft, hard in self.rlimits:
             resource.setrlimit(which, (soft, hard))
+        if self.writable is not None:
+            landlock.restrict_writes(self.writable, self.landlock_abi)
         # dies with the process that started it: a flow killed mid-call leaves no stage process timing on, writing
         # into the work dir a resumed run reuses, or holding the GPU outside its lock
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -117,25 +139,63 @@ class Plan:
 
     def clean(self) -> None:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+        shutil.rmtree(self.home, ignore_errors=True)
 
 
 def plan(sandbox: Sandbox, stage: str, request: StageRequest, env: dict[str, str], withheld: list[str]) -> Plan:
     """The sandbox of one call of `stage` on `request`, whose process gets `env` (`withheld`: the secret-named
-    variables left out of it). Creates the call's temp dir; raises InfrastructureError when the network must be
-    isolated and cannot be."""
-    temp = Path(request.workdir).resolve() / f"{stage}.tmp"
-    shutil.rmtree(temp, ignore_errors=True)
-    temp.mkdir(mode=0o700, parents=True)
-    env = env | dict.fromkeys(("TMPDIR", "TMP", "TEMP"), str(temp))
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache())  # its default lies in the temp dir: kept warm
+    variables left out of it). Creates the call's temp dir and home; raises InfrastructureError when the network or
+    the file system must be isolated and cannot be."""
+    work = Path(request.workdir).resolve()
+    temp, home = work / f"{stage}.tmp", work / f"{stage}.home"
+    for fresh in (temp, home):
+        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.mkdir(mode=0o700, parents=True)
+    env = env | dict.fromkeys(("TMPDIR", "TMP", "TEMP"), str(temp)) | caches(env) | {"HOME": str(home)}
     record = {"environment": "applied: " + (f"withheld {', '.join(sorted(withheld))}" if withheld else
                                             "no secret-named variable was set"),
-              "temp_dir": f"applied: {temp} (TMPDIR, TMP, TEMP; removed after the call); HOME and the compile caches "
-                          "are shared across calls"}
+              "temp_dir": f"applied: {temp} (TMPDIR, TMP, TEMP; removed after the call)",
+              "home": f"applied: HOME={home} (removed after the call); the compile caches stay where they were "
+                      "(TRITON_HOME, CUDA_CACHE_PATH, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR, PYTHONUSERBASE)"}
     isolate, network = _network(sandbox)
     record["network"] = network
+    writable, files = _files(sandbox, work, env)
+    record["files"] = files
     rlimits, notes = _limits(sandbox, request, isolate)
-    return Plan(env, temp, isolate, (os.geteuid(), os.getegid()), rlimits, record | notes)
+    resident = sandbox.resident_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    notes["resident_memory"] = f"applied: {resident} bytes for the call's processes together, watched by the executor"
+    return Plan(env, temp, home, isolate, writable, landlock.abi(), resident, (os.geteuid(), os.getegid()), rlimits,
+                record | notes)
+
+
+def caches(env: dict[str, str]) -> dict[str, str]:
+    """The compile caches at the places they have under the caller's home, named so that a stage process with a
+    home of its own still finds them warm."""
+    home = os.path.expanduser("~")
+    return {"TRITON_HOME": env.get("TRITON_HOME", home),
+            "CUDA_CACHE_PATH": env.get("CUDA_CACHE_PATH", os.path.join(home, ".nv", "ComputeCache")),
+            "TORCHINDUCTOR_CACHE_DIR": env.get("TORCHINDUCTOR_CACHE_DIR", _inductor_cache()),
+            "TORCH_EXTENSIONS_DIR": env.get("TORCH_EXTENSIONS_DIR", os.path.join(home, ".cache", "torch_extensions")),
+            "PYTHONUSERBASE": env.get("PYTHONUSERBASE", site.getuserbase())}
+
+
+def _files(sandbox: Sandbox, work: Path, env: dict[str, str]) -> tuple[tuple[str, ...] | None, str]:
+    """(the places a stage process may change, or None; the record's words)."""
+    if sandbox.file_isolation == "off":
+        return None, "not applied: switched off (file_isolation='off')"
+    if (version := landlock.abi()) == 0:
+        why = "this kernel has no Landlock (Linux >= 5.13 with landlock among its security modules)"
+        if sandbox.file_isolation == "required":
+            raise InfrastructureError(f"the sandbox must confine writes (file_isolation='required') and cannot here: "
+                                      f"{why}")
+        return None, f"not applied: {why}; writes outside the work dir are only detected (stages/harness/audit.py)"
+    places = [str(work), "/dev", os.path.join(env["TRITON_HOME"], ".triton"), env["CUDA_CACHE_PATH"],
+              env["TORCHINDUCTOR_CACHE_DIR"], env["TORCH_EXTENSIONS_DIR"]]
+    places += [env[k] for k in ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR") if env.get(k)]
+    for place in places[2:]:
+        with contextlib.suppress(OSError):  # a cache that cannot be made here is not writable there either
+            os.makedirs(place, exist_ok=True)
+    return tuple(places), f"applied: Landlock ABI {version}, writes only beneath {', '.join(places)}"
 
 
 def _network(sandbox: Sandbox) -> tuple[bool, str]:
@@ -179,7 +239,7 @@ def _limits(sandbox: Sandbox, request: StageRequest, isolate: bool) -> tuple[tup
         notes["processes"] = (f"applied: RLIMIT_NPROC {limit(resource.RLIMIT_NPROC, *[tasks + sandbox.processes] * 2)}"
                               f", counted per user: the {tasks} tasks of uid {os.getuid()} seen at spawn + "
                               f"{sandbox.processes}")
-    if device == "cpu":
+    if device in ("cpu", None):  # a request without a device (a compile) runs no GPU code
         notes["memory"] = f"applied: RLIMIT_AS {limit(resource.RLIMIT_AS, *[sandbox.memory_bytes] * 2)} bytes per process"
     else:
         notes["memory"] = (f"not applied: the request's device is {device or 'not named'} (CUDA reserves more address "

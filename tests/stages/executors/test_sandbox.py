@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from kernelflow.stages.contracts import Candidate, Origin, VerifyRequest
+from kernelflow.stages.contracts import Candidate, Origin, StageRequest, VerifyRequest
 from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors import landlock, sandbox
 from kernelflow.stages.executors import run as executor
-from kernelflow.stages.executors import sandbox
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.executors.sandbox import Probe, Sandbox
 from tests.sandbox_stage import ProbeRequest
 from tests.stages.test_verify import FIXTURES, SOFTMAX, TORCH_COMPUTE
 
-FEATURES = {"environment", "temp_dir", "cpu_time", "file_size", "core_dumps", "processes", "memory", "network"}
+FEATURES = {"environment", "temp_dir", "home", "files", "cpu_time", "file_size", "core_dumps", "processes", "memory",
+            "resident_memory", "network"}
 
 
 @pytest.fixture(autouse=True)
@@ -152,13 +153,63 @@ def test_a_fork_bomb_is_bounded(tmp_path: Path):
     assert out["spawned"] < 32 if "own user namespace" in note else out["spawned"] < 400
 
 
-def test_the_address_space_is_limited_on_cpu_requests_only(tmp_path: Path):
+WRITES = '''
+import ctypes, os, subprocess
+from pathlib import Path
+home = Path.home()
+(home / "note").write_text("ok")
+out["home"] = str(home)
+out["in_work"] = Path("inside.txt").write_text("ok")
+def attempt(how, fn):
+    try:
+        fn()
+        out[how] = "written"
+    except OSError as e:
+        out[how] = e.strerror
+attempt("python", lambda: Path("OUTSIDE/python.txt").write_text("x"))
+attempt("rename", lambda: os.rename("inside.txt", "OUTSIDE/moved.txt"))
+out["libc"] = "written" if ctypes.CDLL(None).open(b"OUTSIDE/libc.txt", os.O_CREAT | os.O_WRONLY, 0o644) >= 0 else "refused"
+out["child"] = subprocess.run(["sh", "-c", "echo x > OUTSIDE/child.txt"], capture_output=True).returncode
+'''
+
+
+def test_writes_land_only_in_the_work_dir_and_a_throwaway_home(tmp_path: Path):
+    """Prevention, not detection: without any in-process defence, a write beside the work dir fails in Python,
+    through libc and from a child process alike (Landlock), and HOME is the call's own."""
+    if landlock.abi() == 0:
+        result, _ = run_probe(tmp_path, "")
+        assert result.sandbox["files"].startswith("not applied: this kernel has no Landlock")
+        pytest.skip("this kernel has no Landlock: writes outside the work dir are only detected")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    result, out = run_probe(tmp_path, WRITES.replace("OUTSIDE", str(outside)))
+    assert result.status == "ok", result.message
+    assert result.sandbox["files"].startswith("applied: Landlock") and str(tmp_path.resolve() / "work") in \
+        result.sandbox["files"]
+    assert (out["python"], out["rename"], out["libc"]) == ("Permission denied", "Permission denied", "refused")
+    assert out["child"] != 0 and list(outside.iterdir()) == []
+    assert out["home"] == str(tmp_path.resolve() / "work" / "probe.home") and not Path(out["home"]).exists()
+
+
+def test_without_landlock_the_record_says_so_and_required_confinement_fails(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(landlock, "abi", lambda: 0)
+    result, _ = run_probe(tmp_path, "")
+    assert result.status == "ok" and result.sandbox["files"].startswith("not applied: this kernel has no Landlock")
+    with pytest.raises(InfrastructureError, match="file_isolation='required'"):
+        run_probe(tmp_path, "", Sandbox(file_isolation="required"))
+    off, _ = run_probe(tmp_path, "", Sandbox(file_isolation="off"))
+    assert off.sandbox["files"] == "not applied: switched off (file_isolation='off')"
+
+
+def test_the_address_space_is_limited_on_requests_that_run_no_gpu_code(tmp_path: Path):
     hog = 'try:\n    bytearray(2 << 30)\n    out["alloc"] = "done"\nexcept MemoryError:\n    out["alloc"] = "MemoryError"\n'
     result, out = run_probe(tmp_path, hog, Sandbox(memory_bytes=1 << 30))
     assert out == {"alloc": "MemoryError"} and result.sandbox["memory"] == f"applied: RLIMIT_AS {1 << 30} bytes per process"
     cuda = ProbeRequest(workdir=str(tmp_path / "cuda"), code="", device="cuda")
     record = sandbox.plan(Sandbox(), "probe", cuda, {}, []).record
     assert record["memory"].startswith("not applied: the request's device is cuda")
+    compile_like = StageRequest(workdir=str(tmp_path / "compile"))  # no device: a compile
+    assert sandbox.plan(Sandbox(), "compile", compile_like, {}, []).record["memory"].startswith("applied: RLIMIT_AS")
 
 
 def test_without_namespaces_the_record_says_so_and_required_isolation_fails(tmp_path: Path, monkeypatch):
