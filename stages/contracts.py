@@ -173,6 +173,9 @@ class CompileRequest(StageRequest):
     problem: Problem | None = Field(
         default=None, description="the problem, so Triton kernels can be specialized and compiled ahead of time"
     )
+    candidate_code_s: float = Field(default=60.0, gt=0, description="deadline of each stretch of candidate code in "
+                                    "the compile (its import; a capture's constructor, forward), seconds; work that "
+                                    "takes seconds. The toolchain's compiles are not counted")
 
 
 class KernelBinary(Contract):

@@ -14,7 +14,9 @@ On CUDA, in this process:
   kernel's clock falls within ~100 ms of sustained load, and the profile's rates are then those of the benchmark's
   median, not of a burst), after WARMUP_CALLS warm-up calls; inputs are one fresh draw of the declared distribution and
   the models are built with equal weights (kernelflow.stages.harness.instantiate.build), seeds fixed per workload. Correctness
-  is not judged here (verify and benchmark do that); an exception or GPU fault in forward is a failure row.
+  is not judged here (verify and benchmark do that); an exception or GPU fault in forward is a failure row. The
+  candidate's import, constructor and calls run in guarded sections (stages/harness/integrity.py), here and in the
+  process ncu drives: a cheat there is a `cheat` row.
 - energy: J per call from NVML's total-energy counter over a loop of `energy_calls`-call blocks (stages/measure/energy.py).
 - achieved FLOP/s and bytes/s = counted work / measured time; sol_fraction = floor / time.
 
@@ -33,6 +35,7 @@ in stages/measure/ncu.METRICS, have no CPU test: their runs on a GPU are in docs
 
 from __future__ import annotations
 
+import contextlib
 import time
 from statistics import median
 
@@ -48,7 +51,7 @@ from kernelflow.stages.measure.ceilings import peaks_for
 from kernelflow.stages.measure.energy import j_per_call
 from kernelflow.stages.measure.ncu import collect_counters
 from kernelflow.stages.measure.peaks import TARGET_GPU
-from kernelflow.stages.measure.subject import WARMUP_CALLS, instance, pick_workload
+from kernelflow.stages.measure.subject import WARMUP_CALLS, guard_for, instance, pick_workload
 from kernelflow.stages.measure.timing import Timer
 
 Result = ProfileResult
@@ -67,11 +70,14 @@ def failed(req: ProfileRequest, kind: FailureKind, message: str, files: dict[str
 
 
 def _measure(req: ProfileRequest, w: Workload) -> tuple[float, float | None, str]:
-    """(median us per call, J per call or None, note) on CUDA; candidate faults raise CandidateFault."""
-    new, inputs = instance(req, w, "cuda")
+    """(median us per call, J per call or None, note) on CUDA; the candidate's code in guarded sections; candidate
+    faults raise CandidateFault."""
+    guard = guard_for(req)
+    new, inputs = instance(req, w, "cuda", guard)
     timer = Timer("cuda")
     times = []
-    with torch.no_grad():
+    with guard.section(f"{w.name} profiled calls", timed=True) if guard else contextlib.nullcontext(), \
+            torch.no_grad():
         for _ in range(WARMUP_CALLS):
             guarded(new, *inputs)
         try:
@@ -100,14 +106,15 @@ def _smoke_cpu(req: ProfileRequest, notes: list[str]) -> None:
                                                      else "the problem declares no CPU workload") + ")")
         return
     w = req.problem.cpu_workloads[0]
+    guard = guard_for(req)
     try:
-        new, inputs = instance(req, w, "cpu")
+        new, inputs = instance(req, w, "cpu", guard)
     except CandidateFault as fault:
         if fault.kind != "unavailable":
             raise
         notes.append(f"candidate not run on CPU: {fault.message}")
         return
-    with torch.no_grad():
+    with guard.section(f"{w.name} call") if guard else contextlib.nullcontext(), torch.no_grad():
         guarded(new, *inputs)
     notes.append(f"candidate ran once on CPU workload {w.name} (not timed)")
 

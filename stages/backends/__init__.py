@@ -1,7 +1,11 @@
 """Compile backends, one per file, found by name in BACKENDS; each exposes `compile(req) -> CompileResult`.
 
 A backend runs in a process dedicated to one compile (kernelflow.stages.compile sees to that), so it may set the
-environment, patch process-wide functions and import the candidate without restoring anything.
+environment, patch process-wide functions and import the candidate without restoring anything. Candidate code (the
+import, a capture's constructor and forward) runs only inside `candidate_code`: under the integrity guard made when
+it first runs, after the backend's own patches (stages/harness/integrity.py: no write outside the work dir, no
+network, no secret read, nothing of the harness replaced, no thread left running), within a deadline sized to the
+work, and with a MemoryError named as the candidate's.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ import functools
 import importlib
 import importlib.metadata
 import platform
+import resource
 import subprocess
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -20,7 +26,10 @@ import torch
 from kernelflow.stages.backends.cutlass import version as cutlass_version
 from kernelflow.stages.backends.harvest import find_tool
 from kernelflow.stages.contracts import CompileRequest, CompileResult
+from kernelflow.stages.errors import CandidateFault
 from kernelflow.stages.harness import candidate
+from kernelflow.stages.harness.deadline import deadline
+from kernelflow.stages.harness.integrity import Guard
 
 BACKENDS = {"cuda": "kernelflow.stages.backends.cuda", "cute": "kernelflow.stages.backends.cute", "triton": "kernelflow.stages.backends.triton",
             "torch": "kernelflow.stages.backends.pytorch"}
@@ -54,5 +63,26 @@ def result(req: CompileRequest, **fields: Any) -> CompileResult:
                          backend=req.candidate.backend, arch=req.arch, toolchain=toolchain(), **fields)
 
 
+_guard: list[Guard] = []  # this compile's, made when candidate code first runs
+
+
+@contextlib.contextmanager
+def candidate_code(req: CompileRequest, what: str, toolchain_s: Callable[[], float] = lambda: 0.0) -> Iterator[None]:
+    """Run candidate code of this compile inside: guarded, within the request's candidate_code_s (not counting
+    `toolchain_s()`, the seconds the toolchain spent meanwhile), a MemoryError made an "oom" fault."""
+    if not _guard:
+        _guard.append(Guard(req.workdir, req.candidate.source))
+    try:
+        with deadline(req.candidate_code_s, what, toolchain_s), _guard[0].section(what):
+            yield
+    except MemoryError as e:
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        within = f" (address space limited to {limit} bytes)" if limit != resource.RLIM_INFINITY else ""
+        raise CandidateFault("oom", f"{what}: the candidate's code ran out of host memory{within}: MemoryError "
+                             f"{e}".rstrip()) from e
+
+
 def load_for_compile(req: CompileRequest) -> ModuleType:
-    return candidate.import_candidate(req.candidate, req.workdir)
+    """The candidate's module, imported as candidate code (`candidate_code`)."""
+    with candidate_code(req, "import"):
+        return candidate.import_candidate(req.candidate, req.workdir)

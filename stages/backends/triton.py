@@ -9,24 +9,30 @@ Runs in a process dedicated to this compile (see kernelflow.stages.compile), so 
    Autotuned kernels compile every config (the GPU worker picks one by timing).
 4. The compiled kernels are harvested from the JIT caches (kernelflow.stages.backends.harvest), as a GPU worker would do.
 Without a problem in the request only the static checks run (imports, ModelNew, kernels found).
+The import, the constructor and the forward run as candidate code (kernelflow.stages.backends.candidate_code): guarded,
+within a deadline that does not count Triton's compiles; what the candidate's code did there is its fault (cheat,
+timeout, oom), never a capture that "could not run here".
 A Triton compile error is the candidate's fault (compile_error, log kept); a capture that fails for another
 reason (forward needs a GPU, a toolchain failure) leaves the binaries to the GPU worker and says why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from kernelflow.stages.backends import load_for_compile, result
+from kernelflow.stages.backends import candidate_code, load_for_compile, result
 from kernelflow.stages.backends.harvest import harvest_triton, triton_kernels
-from kernelflow.stages.contracts import CompileRequest, CompileResult, Problem, Workload
+from kernelflow.stages.contracts import CompileRequest, CompileResult, Workload
 from kernelflow.stages.errors import CandidateFault, InfrastructureError
 from kernelflow.stages.harness.library_policy import Census, op_class
 from kernelflow.stages.problems.kernelbench import import_file, workload_call
@@ -68,7 +74,28 @@ def _is_compile_fault(e: Exception) -> bool:
     return isinstance(e, (CompilationError, PTXASError)) or "PassManager" in str(e)
 
 
-def _intercept_launches(errors: list[str]) -> None:
+class Toolchain:
+    """Seconds spent compiling the candidate's kernels, a compile under way included: not the candidate's time."""
+
+    def __init__(self) -> None:
+        self.done, self.since = 0.0, None  # type: float, float | None
+
+    def seconds(self) -> float:
+        return self.done + (time.monotonic() - self.since if self.since is not None else 0.0)
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        outer = self.since is None
+        if outer:
+            self.since = time.monotonic()
+        try:
+            yield
+        finally:
+            if outer and self.since is not None:
+                self.done, self.since = self.done + time.monotonic() - self.since, None
+
+
+def _intercept_launches(errors: list[str], toolchain: Toolchain) -> None:
     """Make every launch compile only (warmup=True); record compile errors even if the candidate catches them."""
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
@@ -77,7 +104,8 @@ def _intercept_launches(errors: list[str]) -> None:
 
     def compile_only(self, *args, grid, warmup, **kwargs):
         try:
-            return real_run(self, *args, grid=grid, warmup=True, **kwargs)
+            with toolchain.compiling():
+                return real_run(self, *args, grid=grid, warmup=True, **kwargs)
         except Exception as e:
             if _is_compile_fault(e):
                 errors.append(f"{self.fn.__name__}: {type(e).__name__}: {e}")
@@ -92,10 +120,14 @@ def _intercept_launches(errors: list[str]) -> None:
     Autotuner.run = every_config
 
 
-def _forward_once(cls: type, problem: Problem, workdir: str, kernels: dict[str, Any], calls: Counter[str]) -> str:
-    """Run ModelNew once (launches compile only); returns which workload and device it used. `calls` receives the
-    torch ops the forward dispatched (stages/harness/library_policy.py's census): the vendor-library ones do work whose
-    kernels are not the candidate's own."""
+def _forward_once(req: CompileRequest, cls: type, kernels: dict[str, Any], calls: Counter[str],
+                  toolchain: Toolchain) -> str:
+    """Run ModelNew once (launches compile only), its constructor and forward as candidate code; returns which
+    workload and device it used. `calls` receives the torch ops the forward dispatched
+    (stages/harness/library_policy.py's census): the vendor-library ones do work whose kernels are not the
+    candidate's own. A fault of the candidate's code (a cheat, a deadline, memory) ends the capture."""
+    problem, workdir = req.problem, req.workdir
+    assert problem is not None
     path = Path(workdir) / f"kf_problem_{problem.id}.py"
     path.write_text(problem.source)
     pmod = import_file(path, "kf_problem_" + re.sub(r"\W", "_", problem.id))
@@ -108,12 +140,16 @@ def _forward_once(cls: type, problem: Problem, workdir: str, kernels: dict[str, 
         try:
             init = workload_call(pmod, w, "get_init_inputs", problem.path)
             inputs = workload_call(pmod, w, "get_inputs", problem.path, meta=device == "meta")
+            where = f"{w.name} on {device} tensors"
             with torch.no_grad(), torch.device(device):
-                model = cls(*init)
-                with Census() as census:
+                with candidate_code(req, f"capture {where}: constructor", toolchain.seconds):
+                    model = cls(*init)
+                with Census() as census, candidate_code(req, f"capture {where}: forward", toolchain.seconds):
                     model(*inputs)
             calls.update(census.counts)
             return f"{w.name} {w.params} on {device} tensors"
+        except CandidateFault:
+            raise
         except Exception as e:
             if _is_compile_fault(e):
                 raise
@@ -126,6 +162,9 @@ def compile(req: CompileRequest) -> CompileResult:
     from triton.runtime import driver
 
     driver.set_active(_TargetDriver(_capability(req.arch)))
+    errors: list[str] = []
+    toolchain = Toolchain()
+    _intercept_launches(errors, toolchain)  # before any candidate code: the guard's reference includes it
     module: ModuleType = load_for_compile(req)
     kernels = triton_kernels(module)
     if not kernels:
@@ -134,12 +173,12 @@ def compile(req: CompileRequest) -> CompileResult:
     if req.problem is None:
         return result(req, mode="on_gpu_worker", defined=defined, message=f"imports; kernels found: {names}. No problem given, "
                       "so no launch arguments: binaries are produced at first launch on the GPU worker")
-    errors: list[str] = []
     calls: Counter[str] = Counter()
-    _intercept_launches(errors)
     reason = ""
     try:
-        where = _forward_once(module.ModelNew, req.problem, req.workdir, kernels, calls)
+        where = _forward_once(req, module.ModelNew, kernels, calls, toolchain)
+    except CandidateFault:
+        raise
     except CaptureFailed as e:
         where = None
         reason = f"forward could not run here ({e})"

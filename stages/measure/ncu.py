@@ -34,6 +34,7 @@ on a GPU, and the replay passes this metric set costs, are in docs/LOG.md.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
@@ -49,7 +50,7 @@ import torch
 
 from kernelflow.stages.contracts import KernelProfile, ProfileRequest
 from kernelflow.stages.harness.instantiate import guarded, set_precision
-from kernelflow.stages.measure.subject import WARMUP_CALLS, instance, pick_workload
+from kernelflow.stages.measure.subject import WARMUP_CALLS, guard_for, instance, pick_workload
 
 METRICS: tuple[str, ...] = (
     "gpu__time_duration.sum",
@@ -286,8 +287,9 @@ def drive(request_path: str) -> None:
     between cudaProfilerStart and cudaProfilerStop."""
     req = ProfileRequest.model_validate_json(Path(request_path).read_text())
     set_precision(req.problem.policy)
-    new, inputs = instance(req, pick_workload(req.problem, req.workload), "cuda")
-    with torch.no_grad():
+    guard = guard_for(req)
+    new, inputs = instance(req, pick_workload(req.problem, req.workload), "cuda", guard)
+    with guard.section("profiled calls under ncu", timed=True) if guard else contextlib.nullcontext(), torch.no_grad():
         for _ in range(WARMUP_CALLS):
             guarded(new, *inputs)
         torch.cuda.synchronize()

@@ -4,12 +4,14 @@ Nsight Compute drives (stages/measure/ncu.py) rebuilds the very same, so both de
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from kernelflow.stages.contracts import Problem, ProfileRequest, Workload
 from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.harness.candidate import load_model_class
 from kernelflow.stages.harness.instantiate import baseline, build
+from kernelflow.stages.harness.integrity import Guard
 from kernelflow.stages.problems.inputs import draw, trial_seed
 from kernelflow.stages.problems.kernelbench import import_problem
 
@@ -27,11 +29,19 @@ def pick_workload(problem: Problem, name: str | None) -> Workload:
     raise ProblemError(problem.path, f"no workload named {name!r} (has {[w.name for w in workloads]})")
 
 
-def instance(req: ProfileRequest, w: Workload, device: str) -> tuple[Any, list[Any]]:
-    """The contender and its inputs on `device`."""
+def guard_for(req: ProfileRequest) -> Guard | None:
+    """The integrity guard of a profile of the candidate (stages/harness/integrity.py), made before its import;
+    None for a baseline."""
+    return Guard(req.workdir, req.candidate.source) if req.contender == "candidate" and req.candidate else None
+
+
+def instance(req: ProfileRequest, w: Workload, device: str, guard: Guard | None = None) -> tuple[Any, list[Any]]:
+    """The contender and its inputs on `device`; with `guard`, the candidate imported and built in its sections."""
     module = import_problem(req.problem.path)
-    new_cls = load_model_class(req.candidate, req.workdir, device) if req.candidate is not None else None
-    ref, new = build(module, new_cls, w, device, seed=trial_seed(0, w.name, "init"))
+    with guard.section("import") if guard else contextlib.nullcontext():
+        new_cls = load_model_class(req.candidate, req.workdir, device) if req.candidate is not None else None
+    with guard.section(f"{w.name} constructor") if guard else contextlib.nullcontext():
+        ref, new = build(module, new_cls, w, device, seed=trial_seed(0, w.name, "init"))
     inputs = draw(module, w, trial_seed(0, w.name, "profile"), "declared", device)
     if req.contender == "candidate":
         assert new is not None

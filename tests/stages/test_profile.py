@@ -45,6 +45,13 @@ def test_a_candidate_that_raises_is_a_failure_row(tmp_path: Path):
     assert (result.status, result.failure_kind) == ("failed", "runtime_error")
 
 
+@pytest.mark.parametrize("name", ["write_outside", "background_thread", "patch_timer"])
+def test_the_candidates_code_runs_guarded_a_cheat_is_a_cheat_row(tmp_path: Path, name: str):
+    result = profile.run(request(fixture(name), tmp_path))
+    assert (result.status, result.failure_kind) == ("failed", "cheat"), result.message
+    assert not (tmp_path / "escaped.txt").exists()
+
+
 def test_a_crashing_candidate_is_a_crash_row_in_its_own_process(tmp_path: Path):
     result = run_stage("profile", request(fixture("segfault"), tmp_path, timeout_s=60))
     assert (result.status, result.failure_kind) == ("failed", "crash") and "stage_log" in result.files
