@@ -10,13 +10,15 @@ records:
 - writes outside the allowed places (the work dir, Triton's and torch's caches and extension builds, tempfile's
   own names in the temp dir unless the work dir lies in one) and writes to the stage's own files (request,
   result, log, phase);
-- reads of credential files and of /proc/*/environ.
+- reads of credential files and of /proc/*/environ;
+- processes the candidate's own code starts (subprocess, os.system, exec, spawn, fork): the first caller outside
+  the standard library is the candidate's, not a library's (Triton's ptxas, torch.compile's workers).
 While active (timed calls excepted), os.environ is a twin over the same variables that watches reads: a
 secret-named variable read by code outside the Python installation and this project (the candidate's code, not
 torch's) is recorded and reads as absent. Outside a section os.environ is Python's own.
 
-What this cannot see: C code (ctypes, an extension) calling the OS directly, and child processes. Those are the
-process sandbox's to stop (rlimits, network namespace, scrubbed environment), not an in-process hook's.
+What this cannot see: C code (ctypes, an extension) calling the OS directly, and what child processes do. Those are
+the process sandbox's to stop (rlimits, network namespace, Landlock, scrubbed environment), not an in-process hook's.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import functools
 import os
 import re
 import sys
+import sysconfig
 import tempfile
 import threading
 import traceback
@@ -48,6 +51,11 @@ WRITES = {"os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.rename": ((0, 2), (
           "os.symlink": ((1, 2),), "os.link": ((1, 3),), "os.truncate": ((0, None),), "os.chmod": ((0, 2),),
           "os.chown": ((0, 3),), "os.utime": ((0, 3),), "shutil.rmtree": ((0, None),),
           "shutil.copyfile": ((1, None),), "shutil.copytree": ((1, None),), "shutil.move": ((0, None), (1, None))}
+# process-starting events; refused when the candidate's own code asked (a library, e.g. Triton's ptxas or
+# torch.compile's workers, may start processes on its behalf)
+PROCESSES = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                       "os.forkpty", "pty.spawn"})
+STDLIB = sysconfig.get_paths()["stdlib"]
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 TEMP_NAMES = ("tmp", "torchinductor_")  # tempfile's own names (Triton's ptxas files), inductor's cache
 STAGE_FILES = re.compile(r"\.(request\.json|result\.json|log|phase)$")
@@ -118,6 +126,11 @@ class Watch:
         if event in NETWORK:
             where = args[1] if event in ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg") else args[:2]
             self.refuse(f"open network connections ({event} {where!r})")
+        elif event in PROCESSES:
+            if _asked_by_candidate():
+                what = args[0] if event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn") else \
+                    args[1] if event == "os.spawn" else ""
+                self.refuse(f"start a process ({event} {what!r})".replace(" ''", ""))
         elif event == "open":
             path, mode, flags = (tuple(args) + (None, None))[:3]
             if (path := _real(path)) is None:
@@ -237,6 +250,19 @@ def library_code(frame: FrameType) -> bool:
     else it is the candidate's (its file, or code it compiled at run time)."""
     name = frame.f_code.co_filename
     return name.startswith("<frozen ") or (os.path.isabs(name) and name.startswith(LIBRARY_ROOTS))
+
+
+def _asked_by_candidate() -> bool:
+    """Whether the first caller outside the standard library (subprocess, os, multiprocessing, ...) is the
+    candidate's code, not a library's."""
+    frame: FrameType | None = sys._getframe(3)
+    while frame is not None and _stdlib(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame is not None and not library_code(frame)
+
+
+def _stdlib(name: str) -> bool:
+    return name.startswith("<frozen ") or (name.startswith(STDLIB) and "-packages" not in name)
 
 
 def _from_candidate() -> bool:

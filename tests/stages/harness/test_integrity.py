@@ -66,6 +66,7 @@ VERIFY_CHEATS = {
     "l2_persist": "static check: l2_persistence",
     "hardcoded_shapes": "shape hard-coding",
     "write_outside": "tried to write",
+    "spawn_process": "tried to start a process (subprocess.Popen",
     "read_secret": "OPENAI_API_KEY",
     "network": "tried to open network connections",
 }
