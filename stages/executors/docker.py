@@ -10,7 +10,7 @@ image's non-root user (or, when kernelflow itself is not root, as the caller's u
 - an environment built from nothing (never the caller's: no key or token can reach candidate code);
 - the GPUs (a device request) only when the request's device is cuda: compile never sees one.
 The container is removed whatever happens, a SIGKILL of the caller included: each names its owner in a label,
-and a guard process removes an owner's containers when it ends (stages/executors/container_guard.py). The image
+and a guard process removes an owner's containers when it ends (stages/executors/owner_guard.py). The image
 must carry the same stage code as the caller (the fingerprint label that `make images` writes); an old image is an
 infrastructure error, not a silent mismatch.
 """
@@ -30,7 +30,8 @@ from pydantic import Field
 
 from kernelflow.stages.contracts import Contract, StageRequest
 from kernelflow.stages.errors import InfrastructureError
-from kernelflow.stages.executors.container_guard import OWNER_LABEL, ensure_guard, owner
+from kernelflow.stages.executors.marks import OWNER_LABEL, owner
+from kernelflow.stages.executors.owner_guard import ensure_guard
 
 FINGERPRINT_LABEL = "org.kernelflow.code-fingerprint"
 # What a stage process imports of ours (a test checks the list): the image must carry these files as they are here.
@@ -67,7 +68,7 @@ def _own_fingerprint() -> str:
 
 def _client() -> Any:
     """A client per call: stage calls run in threads side by side (parallel compiles), and a client is not shared.
-    The first also starts this process's container guard."""
+    The first also starts this process's guard, told that this process creates containers."""
     import docker
 
     try:
@@ -75,7 +76,7 @@ def _client() -> Any:
     except docker.errors.DockerException as e:
         raise InfrastructureError(f"the docker executor found no Docker engine (DOCKER_HOST or "
                                   f"/var/run/docker.sock): {e}") from e
-    ensure_guard()
+    ensure_guard(containers=True)
     return client
 
 

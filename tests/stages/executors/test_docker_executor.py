@@ -27,8 +27,8 @@ from kernelflow.stages import generate
 from kernelflow.stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
 from kernelflow.stages.errors import InfrastructureError
 from kernelflow.stages.executors import docker as docker_executor
-from kernelflow.stages.executors.container_guard import OWNER_LABEL, owner
 from kernelflow.stages.executors.docker import FINGERPRINT_LABEL, FINGERPRINTED, Docker, code_fingerprint
+from kernelflow.stages.executors.marks import OWNER_LABEL, owner
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.executors.sandbox import descendants
 from tests.stages.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
@@ -192,7 +192,7 @@ def test_the_optimize_flow_runs_its_stages_in_containers(engine, request, tmp_pa
                for p in tmp_path.rglob("verify.request.json"))  # what only the docker executor writes
 
 
-# --- a caller killed: its containers end too (stages/executors/container_guard.py) -----------------------------------
+# --- a caller killed: its containers end too (stages/executors/owner_guard.py) ---------------------------------------
 
 HOLDER = """
 import sys
@@ -227,7 +227,7 @@ def holding(tmp_path: Path, client, started: list[subprocess.Popen]) -> tuple[su
     while not [c for c in owned(client, proc.pid) if c.status == "running"]:
         assert proc.poll() is None and time.monotonic() < deadline, "no container started"
         time.sleep(0.2)
-    return proc, [pid for pid in descendants(proc.pid) if b"container_guard" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    return proc, [pid for pid in descendants(proc.pid) if b"owner_guard" in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
 
 def owned(client, pid: int) -> list:
