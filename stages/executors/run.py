@@ -14,6 +14,11 @@ and, where the kernel allows an unprivileged user namespace, a network namespace
 `sandbox` record says which of these applied and why not; a process killed at its CPU-time limit is a "timeout".
 What it does not get, unlike a container: a read-only file system (it may write wherever its uid may, shared caches
 included), a private /proc and /dev, or a memory limit on GPU requests (docs/INTEGRITY.md).
+
+Every process of a subprocess call ends with the call, whichever way it ends (the stage process exits, the deadline,
+the memory limit, an exception here): its process group, the processes seen in its tree, and those that carry the
+call's mark in their environment (stages/executors/marks.py: in another session or orphaned alike). Should this
+process be killed instead, its guard ends every process carrying its mark (stages/executors/owner_guard.py).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Literal
 
@@ -33,7 +39,9 @@ from kernelflow.stages import phase
 from kernelflow.stages.contracts import StageRequest, StageResult
 from kernelflow.stages.entry import INFRA_EXIT
 from kernelflow.stages.errors import InfrastructureError
+from kernelflow.stages.executors import marks
 from kernelflow.stages.executors.docker import Docker, run_in_container
+from kernelflow.stages.executors.owner_guard import ensure_guard
 from kernelflow.stages.executors.sandbox import Plan, Sandbox, descendants, plan
 from kernelflow.stages.problems import fx_trace
 
@@ -139,55 +147,82 @@ def run_stage(name: str, request: StageRequest, mode: Mode = "subprocess") -> St
 
 def _run_process(name: str, request: StageRequest, sandbox: Sandbox, req_path: Path, res_path: Path,
                  log_path: Path) -> tuple[int | None, str, str, dict[str, str]]:
-    """`python -m stages.NAME` in a process group and sandbox of its own; (exit status or None at the deadline, kind,
-    why, the sandbox's record)."""
+    """`python -m stages.NAME` in a process group and sandbox of its own, marked as this process's and as this call's
+    (stages/executors/marks.py); (exit status or None when it had to be ended, kind, why, the sandbox's record).
+    However the call ends, every process of it is ended with it (`_end`)."""
     withheld = [k for k in os.environ if SECRET.search(k)]
     call = plan(sandbox, name, request, stage_env(request), withheld)
+    mark = uuid.uuid4().hex
     try:
         with open(log_path, "wb") as log:
+            ensure_guard()  # should this process be killed, its guard ends what it started (owner_guard.py)
             try:
                 proc = subprocess.Popen([sys.executable, "-m", STAGES[name], str(req_path), str(res_path)],
-                                        cwd=req_path.parent, stdout=log, stderr=subprocess.STDOUT, env=call.env,
+                                        cwd=req_path.parent, stdout=log, stderr=subprocess.STDOUT,
+                                        env=call.env | {marks.OWNER_MARK: marks.owner(), marks.CALL_MARK: mark},
                                         start_new_session=True, preexec_fn=call.enter)
             except subprocess.SubprocessError as e:  # the probe said it would work: not the candidate's doing
                 raise InfrastructureError(f"stage {name}: the process could not enter its sandbox ({e}); "
                                           f"{call.record}") from e
-            code, kind, why = _watch(proc, request.timeout_s, call.resident_bytes)
-            if code is not None:
-                kind, why = _describe_exit(code, call)
-            return code, kind, why, call.record
+            seen: dict[int, str] = {}
+            try:
+                killed = _watch(proc, request.timeout_s, call.resident_bytes, seen)
+            finally:
+                code = _end(proc, seen, mark)
+            if killed is not None:
+                return None, *killed, call.record
+            return code, *_describe_exit(code, call), call.record
     finally:
         call.clean()
 
 
-def _watch(proc: subprocess.Popen, timeout_s: float, resident_bytes: int) -> tuple[int | None, str, str]:
-    """Wait for the stage process; (its exit status, "", "") or, when it had to be ended with its process tree,
-    (None, kind, why): at the deadline ("timeout"), or when its processes together held more than `resident_bytes`
-    ("oom"), read from /proc every WATCH_S."""
+def _watch(proc: subprocess.Popen, timeout_s: float, resident_bytes: int, seen: dict[int, str]) -> tuple[str, str] | None:
+    """Wait for the stage process to exit, left unreaped; None, or when it has to be ended first, (kind, why): at the
+    deadline ("timeout"), or when its processes together held more than `resident_bytes` ("oom"), read from /proc
+    every WATCH_S. Every process seen in its tree meanwhile is added to `seen`, with its start time."""
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
-            return proc.wait(timeout=max(0.0, min(WATCH_S, deadline - time.monotonic()))), "", ""
-        except subprocess.TimeoutExpired:
-            pass
+        if _exited(proc, max(0.0, min(WATCH_S, deadline - time.monotonic()))):
+            return None
         tree = {proc.pid, *descendants(proc.pid)}
+        for pid in tree - seen.keys():
+            if (start := marks.started(pid)) is not None:
+                seen[pid] = start
         if (held := resident(tree)) > resident_bytes:
-            _end(proc, tree)
-            return None, "oom", (f"killed when its processes held {held / 2**30:.1f} GiB of resident memory (limit "
-                                 f"{resident_bytes / 2**30:.1f} GiB)")
+            return "oom", (f"killed when its processes held {held / 2**30:.1f} GiB of resident memory (limit "
+                           f"{resident_bytes / 2**30:.1f} GiB)")
         if time.monotonic() >= deadline:
-            _end(proc, tree)
-            return None, "timeout", f"killed after the {timeout_s:.0f} s deadline"
+            return "timeout", f"killed after the {timeout_s:.0f} s deadline"
 
 
-def _end(proc: subprocess.Popen, tree: set[int]) -> None:
-    """SIGKILL to the stage's process group and to every process of its tree (one that left the group too)."""
+def _exited(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Whether the stage process exits within `timeout_s`. It is not reaped: until `_end` reaps it, its pid, and
+    so its process group's id, stay its own."""
+    until, pause = time.monotonic() + timeout_s, 0.0005
+    try:
+        while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if (left := until - time.monotonic()) <= 0:
+                return False
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 0.05)
+    except ChildProcessError:  # reaped already (SIGCHLD ignored)
+        pass
+    return True
+
+
+def _end(proc: subprocess.Popen, seen: dict[int, str], mark: str) -> int:
+    """SIGKILL to every process of the call, then the stage process's exit status, reaped: to the stage process's
+    group, to every process `seen` in its tree that is still the one seen (same start time: one that left the
+    group), and to every process that carries the call's mark (one started since the last look, or orphaned: in no
+    tree)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    for pid in tree - {proc.pid}:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    proc.wait()
+    for pid, start in seen.items():
+        if pid != proc.pid and marks.started(pid) == start:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    marks.end(marks.CALL_MARK, lambda value: value == mark)
+    return proc.wait()
 
 
 def resident(pids: set[int]) -> int:
