@@ -250,9 +250,10 @@ open("probe.json", "w").write(json.dumps(out))
 
 
 def evading(code: str) -> str:
-    """Candidate source that runs `code` in a child process, hex-encoded: beyond the verify stage's in-process defences."""
-    return (f"\nimport importlib as _il, sys as _s\n_il.import_module('sub' + 'process').run("
-            f"[_s.executable, '-c', bytes.fromhex('{code.encode().hex()}').decode()], check=True)\n")
+    """Candidate source that runs `code` in a child process started through libc's system(), hex-encoded: beyond the
+    verify stage's in-process defences (the audit hook sees no process start made from C)."""
+    return ("\nimport ctypes as _c, sys as _s\n_c.CDLL(None).system((_s.executable + ' -c \"exec(bytes.fromhex('"
+            f"+ repr('{code.encode().hex()}') + ').decode())\"').encode())\n")
 
 
 @pytest.mark.slow
