@@ -8,12 +8,14 @@ status), or a step whose crash has a verdict of its own (verify's held-out shape
 Inline stages share the flow's process, keys included: inline is for trusted code and tests.
 
 A stage subprocess (stages/executors/sandbox.py, `Sandbox`) gets the environment without secrets (SECRET: API keys, tokens,
-cloud credentials), a temp dir of its own in the call's work dir, limits the kernel enforces on it and on every
-process it starts (CPU time from the deadline, file size, no core dumps, processes; address space on CPU requests),
-and, where the kernel allows an unprivileged user namespace, a network namespace with loopback only. The result's
-`sandbox` record says which of these applied and why not; a process killed at its CPU-time limit is a "timeout".
-What it does not get, unlike a container: a read-only file system (it may write wherever its uid may, shared caches
-included), a private /proc and /dev, or a memory limit on GPU requests (docs/INTEGRITY.md).
+cloud credentials), a temp dir and home of its own in the call's work dir, writes confined to the work dir and the
+compile caches where the kernel has Landlock, limits the kernel enforces on it and on every process it starts (CPU
+time from the deadline, file size, no core dumps, processes; address space where no GPU code runs), the resident
+memory of its process tree watched from here (`_watch`: an "oom" past the sandbox's resident_bytes), and, where the
+kernel allows an unprivileged user namespace, a network namespace with loopback only. The result's `sandbox` record
+says which of these applied and why not; a process killed at its CPU-time limit is a "timeout". What it does not
+get, unlike a container: a private /proc and /dev, or a view of the file system without the host's other files
+(it can read what its uid can; docs/INTEGRITY.md).
 
 Every process of a subprocess call ends with the call, whichever way it ends (the stage process exits, the deadline,
 the memory limit, an exception here): its process group, the processes seen in its tree, and those that carry the
@@ -189,8 +191,8 @@ def _watch(proc: subprocess.Popen, timeout_s: float, resident_bytes: int, seen: 
             if (start := marks.started(pid)) is not None:
                 seen[pid] = start
         if (held := resident(tree)) > resident_bytes:
-            return "oom", (f"killed when its processes held {held / 2**30:.1f} GiB of resident memory (limit "
-                           f"{resident_bytes / 2**30:.1f} GiB)")
+            return "oom", (f"killed when its processes held {held / 2**30:.2f} GiB of resident memory, over its limit "
+                           f"of {resident_bytes / 2**30:.2f} GiB")
         if time.monotonic() >= deadline:
             return "timeout", f"killed after the {timeout_s:.0f} s deadline"
 

@@ -63,7 +63,7 @@ def test_the_executor_ends_a_call_whose_processes_hold_too_much_memory(tmp_path)
     """Where no address-space limit stops it first (a GPU request has none), the executor's watch does."""
     res = capture(tmp_path, "memory_bomb", Sandbox(memory_bytes=64 << 30, resident_bytes=1 << 30))
     assert (res.status, res.failure_kind) == ("failed", "oom"), res.message
-    assert "resident memory" in res.message and "limit 1.0 GiB" in res.message
+    assert "resident memory" in res.message and "over its limit of 1.00 GiB" in res.message
 
 
 def test_a_forward_that_never_returns_meets_the_capture_deadline_not_the_stage_one(tmp_path):
