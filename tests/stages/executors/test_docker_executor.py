@@ -31,6 +31,7 @@ from kernelflow.stages.executors.docker import FINGERPRINT_LABEL, FINGERPRINTED,
 from kernelflow.stages.executors.marks import OWNER_LABEL, owner
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.executors.sandbox import descendants
+from tests.evading import evading
 from tests.stages.test_verify import EXPECTED, FIXTURES, SOFTMAX, TORCH_COMPUTE, verify
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
@@ -116,14 +117,6 @@ out["mem_max"] = next((p.read_text().strip() for p in (cg / "memory/memory.limit
 out["pids_max"] = next((p.read_text().strip() for p in (cg / "pids/pids.max", cg / "pids.max") if p.exists()), None)
 pathlib.Path("probe.json").write_text(json.dumps(out))
 '''
-
-
-def evading(code: str) -> str:
-    """Candidate source that runs `code` in a child process, hex-encoded: beyond the stage's in-process defences
-    (static checks, the audit hook of stages/harness/audit.py), as a candidate that evades them would. What the child sees
-    is what the container alone guarantees."""
-    return (f"\nimport importlib as _il, sys as _s\n_il.import_module('sub' + 'process').run("
-            f"[_s.executable, '-c', bytes.fromhex('{code.encode().hex()}').decode()], check=True)\n")
 
 
 def test_the_container_is_a_sandbox(engine, tmp_path: Path, monkeypatch):

@@ -20,6 +20,7 @@ from kernelflow.stages.executors import landlock, sandbox
 from kernelflow.stages.executors import run as executor
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.executors.sandbox import Probe, Sandbox
+from tests.evading import evading
 from tests.sandbox_stage import ProbeRequest
 from tests.stages.test_verify import FIXTURES, SOFTMAX, TORCH_COMPUTE
 
@@ -247,13 +248,6 @@ except OSError as e:
     out["connect"] = errno.errorcode.get(e.errno, str(e))
 open("probe.json", "w").write(json.dumps(out))
 '''
-
-
-def evading(code: str) -> str:
-    """Candidate source that runs `code` in a child process started through libc's system(), hex-encoded: beyond the
-    verify stage's in-process defences (the audit hook sees no process start made from C)."""
-    return ("\nimport ctypes as _c, sys as _s\n_c.CDLL(None).system((_s.executable + ' -c \"exec(bytes.fromhex('"
-            f"+ repr('{code.encode().hex()}') + ').decode())\"').encode())\n")
 
 
 @pytest.mark.slow
