@@ -1,6 +1,7 @@
 """The compile stage's capture runs candidate code (its import, constructor and forward on meta tensors) contained as
 verify does: guarded, confined to its work dir, within a deadline sized to the work and a memory limit; what that code
-did is the candidate's fault. Fixtures: tests/fixtures/capture/ (Triton adds with something hostile in forward)."""
+did is the candidate's fault. Fixtures: tests/fixtures/capture/, each a `hostile()` that the honest Triton add
+(tests/fixtures/candidates/triton_add.py) calls first in its forward."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from kernelflow.stages.problems.kernelbench import load_problem
 
 pytestmark = pytest.mark.slow  # each compile starts a process that imports torch and Triton
 FIXTURES = Path(__file__).parents[2] / "fixtures"
+FORWARD = "    def forward(self, a, b):\n"
 needs_landlock = pytest.mark.skipif(landlock.abi() == 0, reason="this kernel has no Landlock")
 
 
 def capture(tmp_path: Path, name: str, sandbox: Sandbox | None = None, **fields) -> CompileResult:
-    source = (FIXTURES / "capture" / f"{name}.py").read_text()
+    honest = (FIXTURES / "candidates" / "triton_add.py").read_text()
+    assert FORWARD in honest
+    source = (FIXTURES / "capture" / f"{name}.py").read_text() + honest.replace(FORWARD, FORWARD + "        hostile()\n")
     candidate = Candidate.make("add", "triton", source, Origin(kind="user", proposer="fixture"))
     req = CompileRequest(workdir=str(tmp_path / "work"), candidate=candidate,
                          problem=load_problem(FIXTURES / "problems" / "add.py"), **fields)
