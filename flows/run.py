@@ -47,6 +47,7 @@ from kernelflow.stages.measure.profiling_policy import ProfilingPolicy, should_p
 from kernelflow.stages.measure.provenance import code_version
 from kernelflow.stages.measure.tools import evidence
 from kernelflow.stages.problems import defaults
+from kernelflow.stages.proposers.coverage import coverage
 from kernelflow.stages.refine import RefineRequest
 
 MAX_BARREN = 3  # proposals in a row without a usable candidate (LLM replies with no code) before stopping
@@ -99,13 +100,14 @@ class Run:
 
 def open_run(problem: Problem, config: RunConfig, store: Store, run_id: str, resumed: bool = False) -> Run:
     """Run `run_id` of `problem` begun in `store` (its problem row and index written unless it is `resumed`: they
-    are there), its runs row saying it is running; the stages called through the flow's Prefect tasks."""
+    are there), its runs row saying it is running and which template families match the problem (and why the others
+    do not); the stages called through the flow's Prefect tasks."""
     state = SearchState(problem, config)
     recorder = Recorder(store, run_id)
     record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
                        device=state.device, sizes=state.sizes, budget_candidates=config.budget,
                        proposer=config.proposer, code_version=code_version(),
-                       prefect_flow_run_id=str(runtime.flow_run.id or ""))
+                       prefect_flow_run_id=str(runtime.flow_run.id or ""), coverage=coverage(problem))
     if not resumed:
         recorder.problem(problem)
     recorder.run(record)

@@ -1,5 +1,5 @@
-"""kernelflow's command line: optimize, problems validate, verify, bench, show, report, flush, export, campaign,
-deploy, serve."""
+"""kernelflow's command line: optimize, problems validate/coverage/roofline, verify, bench, show, report, flush,
+export, campaign, deploy, serve."""
 
 from __future__ import annotations
 
@@ -24,17 +24,25 @@ def _default_device() -> Device:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    from kernelflow.stages.errors import ProblemError
-    from kernelflow.stages.problems.kernelbench import check_runs, load_problem
-    from kernelflow.stages.problems.solexec import is_definition, resolve
+def _problem_paths(args: list[str]) -> list[Path]:
+    """The problems the arguments name: a file or definition folder itself, a directory's .py files and SOL-ExecBench
+    definition folders."""
+    from kernelflow.stages.problems.solexec import is_definition
 
-    def expand(arg: Path) -> list[Path]:  # a directory: its .py files and SOL-ExecBench definition folders
+    def expand(arg: Path) -> list[Path]:
         if not arg.is_dir() or is_definition(arg):
             return [arg]
         return sorted(arg.glob("*.py")) + sorted(d for d in arg.iterdir() if d.is_dir() and is_definition(d))
 
-    paths = [p for arg in args.paths for p in expand(Path(arg))]
+    return [p for arg in args for p in expand(Path(arg))]
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from kernelflow.stages.errors import ProblemError
+    from kernelflow.stages.problems.kernelbench import check_runs, load_problem
+    from kernelflow.stages.problems.solexec import resolve
+
+    paths = _problem_paths(args.paths)
     broken = 0
     for path in paths:
         try:
@@ -46,6 +54,36 @@ def cmd_validate(args: argparse.Namespace) -> int:
             broken += 1
             print(f"BROKEN  {e}")
     return 1 if broken else 0
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from kernelflow.stages.errors import ProblemError
+    from kernelflow.stages.problems.solexec import resolve
+    from kernelflow.stages.proposers.coverage import Entry, scan, summary
+
+    folders: dict[str, list[Entry]] = {}
+    for path in _problem_paths(args.paths):
+        try:
+            [entry] = scan([Path(resolve(path))])
+        except ProblemError as e:  # a SOL-ExecBench definition that does not translate
+            entry = Entry(path, path.stem, None, str(e))
+        folders.setdefault(str(path.parent), []).append(entry)
+        if entry.coverage is None:
+            print(f"BROKEN  {entry.error}")
+            continue
+        matched = entry.coverage.matched
+        print(f"{'ok' if matched else 'none':<7} {path}: " + (", ".join(matched) if matched else "no family matches"))
+        for family, reason in entry.coverage.refused.items():
+            if args.all_reasons or not matched:
+                print(f"          {family}: {_clip(reason, args.width)}")
+    for folder, entries in folders.items():
+        print(summary(folder, entries))
+    return 1 if any(e.coverage is None for entries in folders.values() for e in entries) else 0
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if width <= 0 or len(text) <= width else text[:width - 3] + "..."
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
@@ -342,6 +380,12 @@ def parser() -> argparse.ArgumentParser:
                       "either")
     v.add_argument("paths", nargs="+")
     v.set_defaults(fn=cmd_validate)
+    cv = pr.add_parser("coverage", help="which template families of the builtin proposer match each problem, why the "
+                       "others do not, and a summary per folder (CPU only; exit 1 when a problem does not load)")
+    cv.add_argument("paths", nargs="+")
+    cv.add_argument("--all-reasons", action="store_true", help="the refusals of problems that some family matches too")
+    cv.add_argument("--width", type=int, default=160, help="clip each reason to this many characters (0: never)")
+    cv.set_defaults(fn=cmd_coverage)
     rf = pr.add_parser("roofline", help="counted work, SOL floor and bottleneck class per GPU shape")
     rf.add_argument("paths", nargs="+")
     rf.add_argument("--gpu", default="NVIDIA H200", help="ceilings of this GPU (stages/measure/peaks.py)")

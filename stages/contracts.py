@@ -438,6 +438,15 @@ class SearchSnapshot(Contract):
     updated_at: str = Field(description="UTC ISO time")
 
 
+class Coverage(Contract):
+    """Which template families of the builtin proposer match a problem, and why each other one does not
+    (stages/proposers/coverage.py)."""
+
+    matched: list[str] = Field(default_factory=list, description="the families that match, in registry order")
+    refused: dict[str, str] = Field(default_factory=dict, description="per family that does not match: its reason "
+                                    "(the tracer's, for every family, when the reference cannot be traced)")
+
+
 class RunRecord(Contract):
     """One optimize run; appended when it starts and when it ends (the latest row per run wins)."""
 
@@ -461,6 +470,8 @@ class RunRecord(Contract):
     winner_note: str = Field(default="", description="one line: who won and by how much, or why a baseline did")
     code_version: str
     prefect_flow_run_id: str | None = Field(default=None, description="the Prefect flow run, for the UI")
+    coverage: Coverage = Field(default_factory=Coverage, description="the builtin proposer's template families on "
+                               "this problem under the run's policy, whatever the run's proposer")
 
 
 # ---- profiling and semantic feedback ----

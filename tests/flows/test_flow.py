@@ -176,6 +176,10 @@ def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_
     assert summary["winner"] == "eager" and "no candidate was verified" in summary["winner_note"]
     base = pd.read_parquet(tmp_path / "tables" / "baselines")
     assert set(base.benchmark_for) == {"baseline"} and len(base) == 2  # eager on both CPU shapes
+    runs = pd.read_parquet(tmp_path / "tables" / "runs")  # the families' reasons, in both runs rows
+    assert set(runs.coverage_matched) == {"[]"}
+    refused = [json.loads(r) for r in runs.coverage_refused]
+    assert all("unsupported op 'sort'" in r["elementwise"] and "matmul" in r for r in refused), refused
 
 
 def test_a_run_policy_overrides_the_problems_for_every_stage(prefect_harness, tmp_path: Path):
@@ -185,6 +189,9 @@ def test_a_run_policy_overrides_the_problems_for_every_stage(prefect_harness, tm
     cands, problems = (pd.read_parquet(tmp_path / "tables" / t) for t in ("candidates", "problems"))
     assert list(cands.origin_proposer) == ["matmul"]  # library_epilogue declined: cuBLAS is forbidden for this run
     assert not problems.policy_allow_vendor_libraries.iloc[0] and summary["best_candidate_id"] == cands.id.iloc[0]
+    runs = pd.read_parquet(tmp_path / "tables" / "runs")
+    assert json.loads(runs.coverage_matched.iloc[-1]) == ["matmul"]
+    assert json.loads(runs.coverage_refused.iloc[-1])["library_epilogue"] == "the policy forbids vendor libraries"
 
 
 def test_the_parents_profile_actions_drive_the_next_proposal(prefect_harness, tmp_path: Path, monkeypatch):
