@@ -49,6 +49,7 @@ class Operand:
 
     expr: str  # how forward names it: 'x', 'self.norm.weight'
     broadcast: bool  # its shape is a proper suffix of the full shape (read modulo its size)
+    axes: tuple[int, ...] = ()  # the index space's axes it spans, in its memory order (it is read contiguous)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,11 @@ class Program:
     out_kind: Kind
     out_keepdim: bool  # a row output keeps the reduced dim as size 1
     out_dtype: str  # e.g. 'torch.float32'
+    sizes: tuple[str, ...] = ()  # each axis of the index space: its size as a forward expression
+    binds: tuple[str, ...] = ()  # forward lines binding the names `sizes` reads (n_s0 = x.shape[0])
+    reduced: tuple[int, ...] = ()  # the axes every reduction (or the scan) of the program runs over
+    out_axes: tuple[int, ...] = ()  # the axes the output spans, in its memory order
+    out_shape: str = ""  # the output's shape as a forward expression
 
     def line(self, name: str) -> Line:
         return next(line for line in self.lines if line.name == name)
