@@ -67,6 +67,10 @@ class RunConfig(Contract):
     seed: int = Field(default=0, description="the run's base seed")
     profile: bool = Field(default=True, description="profile promoted candidates")
     baseline_profiles: bool = Field(default=True, description="profile the baselines once per run")
+    seeds: int | None = Field(default=None, ge=0, description="in a run of another proposer (llm), candidates of "
+                              "the builtin proposer evaluated first (each matching template family's best guess), so "
+                              "that its first proposal has the best of them to beat; at most the budget less one; "
+                              "None: one per matching family; 0: none")
     warm_start: bool = Field(default=False, description="evaluate the last finished run's best candidate of the same "
                              "problem (same source) first")
 

@@ -25,6 +25,7 @@ from kernelflow.flows.resume import last_best, restore
 from kernelflow.flows.run import (
     Run,
     baseline_only,
+    builtin_seeds,
     checked_run_id,
     evaluate,
     finish,
@@ -106,7 +107,7 @@ def check_inline(config: RunConfig) -> None:
 
 def prepare(run: Run, resumed: bool, warm_start_from: str | None) -> tuple[Strategy, list[Candidate]]:
     """The strategy (a resumed run's own, from its saved state) and the candidates to evaluate first: a resumed
-    run's unfinished ones, a warm start's seed."""
+    run's unfinished ones, a warm start's seed, and in a fresh run of another proposer the builtin proposer's seeds."""
     state, config = run.state, run.config
     if state.device == "cpu":
         print("No GPU in use: candidates run on CPU (Triton through its interpreter); CPU timings are labelled "
@@ -126,6 +127,7 @@ def prepare(run: Run, resumed: bool, warm_start_from: str | None) -> tuple[Strat
     if seed is not None and seed.id not in state.candidates:
         print(f"warm start: the best of {warm_start_from or 'the last run'}, {seed.id}, is evaluated first")
         pending.insert(0, seed)
+    pending += builtin_seeds(run, pending)
     print(f"run {run.id}: {run.problem.id} on {state.device} ({state.sizes} shapes), {name}, budget {config.budget}, "
           f"store {run.recorder.store.location}" + (f"; resumed with {len(state.tried)} candidates, {len(pending)} "
                                                     "unfinished" if resumed else ""))

@@ -79,6 +79,10 @@ def restore(run: Run) -> tuple[list[Candidate], SearchSnapshot | None]:
     if eligible:
         best = max(eligible, key=lambda c: eligible[c])
         state.best = (eligible[best], state.candidates[best])
+        for record in _rows(store, "timings", run.id) + _rows(store, "baselines", run.id):  # its times, latest last
+            if record.get("benchmark_for") == best:
+                times = state.medians.setdefault(best, {}).setdefault(record["workload"], {})
+                times[record["contender"]] = float(record["median_us"])
     for record in _rows(store, "feedback", run.id):
         if record.get("contender") == "candidate" and record["candidate_id"] in state.candidates:
             findings = json.loads(record.get("findings") or "[]")

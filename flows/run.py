@@ -256,6 +256,26 @@ def refine(run: Run, profiled: ProfileResult, compiled: CompileResult | None, ca
     print(f"profile of {profiled.candidate_id}:\n{feedback.text}")
 
 
+def builtin_seeds(run: Run, pending: list[Candidate]) -> list[Candidate]:
+    """In a run of another proposer that has tried nothing yet: the builtin proposer's best guess of each template
+    family that matches (RunConfig.seeds of them, default one per family; with `pending`, those evaluated first
+    anyway, at most the budget less one), new to `pending`, to evaluate first, so that the first proposal has the
+    best of them (GenerateRequest.incumbent) to beat. None in a builtin run."""
+    config = run.config
+    if config.proposer == "builtin" or run.state.tried:
+        return []
+    wanted = len(run.record.coverage.matched) if config.seeds is None else config.seeds
+    n = min(wanted, config.budget - 1 - len(pending))
+    if n <= 0:
+        return []
+    proposed = generate_task(GenerateRequest(problem=run.problem, n=n, proposer="builtin", backend=config.backend,
+                                             exclude_ids=[c.id for c in pending]))
+    families = ", ".join(c.origin.proposer for c in proposed.candidates)
+    print(f"seeds: {len(proposed.candidates)} of the builtin proposer's ({families or proposed.message}) are "
+          f"evaluated before the {config.proposer} proposer's first proposal")
+    return proposed.candidates
+
+
 def ask_proposer(run: Run, req: GenerateRequest) -> list[Candidate]:
     """One proposal: its LLM calls recorded and charged to the run's budget; raises StopSearch when the proposer
     stops producing candidates."""

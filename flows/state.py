@@ -17,6 +17,7 @@ from kernelflow.stages.contracts import (
     Device,
     Failure,
     FailureKind,
+    Incumbent,
     LLMCall,
     Problem,
     Proposal,
@@ -47,6 +48,8 @@ class SearchState:
         self.compiled: dict[str, CompileResult] = {}
         self.failures: dict[str, Failure] = {}  # per rejected candidate: the stage's evidence, for a repair
         self.speedups: dict[str, float] = {}  # per verified candidate: geomean speedup over eager
+        self.medians: dict[str, dict[str, dict[str, float]]] = {}  # per verified candidate: its latest timing's
+        # median per workload and contender (itself and the baselines timed beside it), us
         self.actions: dict[str, list[Action]] = {}  # per profiled candidate: its findings' actions, causes first
         self.feedback: dict[str, str] = {}  # per profiled candidate: its feedback text
         self.lessons: list[str] = []  # search memory: verified conclusions a strategy hands to the proposer
@@ -77,6 +80,10 @@ class SearchState:
         self.verified += 1
         if timing.speedup_vs_eager is not None and timing.candidate_id in self.candidates:
             self.speedups[timing.candidate_id] = timing.speedup_vs_eager
+        if timing.candidate_id in self.candidates:
+            medians = self.medians.setdefault(timing.candidate_id, {})
+            for t in timing.timings:
+                medians.setdefault(t.workload, {})[t.contender] = t.median_us
         self.flat_timing = timing
 
     def crown(self, candidate: Candidate, speedup: float) -> None:
@@ -85,6 +92,14 @@ class SearchState:
         self.best, self.best_sol, timing = (speedup, candidate), None, self.flat_timing
         if self.sol_floors is not None and timing is not None and timing.candidate_id == candidate.id:
             self.best_sol = fraction(self.sol_floors, timing)
+
+    def incumbent(self) -> Incumbent | None:
+        """The best verified candidate so far, its times and its profile's feedback: what a proposal has to beat."""
+        if self.best is None:
+            return None
+        speedup, best = self.best
+        return Incumbent(candidate=best, device=self.device, speedup_vs_eager=speedup,
+                         medians_us=self.medians.get(best.id, {}), feedback=self.feedback.get(best.id, ""))
 
     def advise(self, candidate_id: str, actions: list[Action], text: str) -> None:
         """The profile's feedback on a candidate: what the proposer may act on when it is the parent."""

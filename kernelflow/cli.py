@@ -246,7 +246,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         llm=LLMLimits(model=args.model, max_tokens=args.llm_max_tokens, max_usd=args.llm_max_usd),
         device=args.device, sizes=args.sizes, baselines=args.baselines.split(",") if args.baselines else None,
         executor=args.executor, image=args.image, store=args.store, policy=_policy(args.policy),
-        warm_start=args.warm_start, timing_budget_s=args.timing_budget)
+        warm_start=args.warm_start, timing_budget_s=args.timing_budget, seeds=args.seeds)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -366,6 +366,9 @@ def parser() -> argparse.ArgumentParser:
                    "unfinished candidates first; its strategy's saved state)")
     o.add_argument("--warm-start", action="store_true", help="evaluate the last finished run's best candidate of "
                    "this problem (same source) first")
+    o.add_argument("--seeds", type=int, metavar="N", help="with --proposer llm: the builtin proposer's candidates "
+                   "evaluated first, the best of them the kernel the model's first prompt has to beat (default one per "
+                   "matching template family; 0: none)")
     o.add_argument("--model", help="LLM model name (default $KERNELFLOW_LLM_MODEL)")
     o.add_argument("--llm-max-tokens", type=int, help="stop the run when its LLM calls have used this many tokens")
     o.add_argument("--llm-max-usd", type=float, help="stop the run when its LLM calls cost this much (estimate from "

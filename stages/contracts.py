@@ -383,6 +383,18 @@ class LLMCall(Contract):
     message: str = Field(default="", description="short error or outcome text")
 
 
+class Incumbent(Contract):
+    """The run's best verified candidate when a proposal is asked for: the kernel to beat."""
+
+    candidate: Candidate
+    device: Device = Field(description="where it was timed (CPU times say nothing of GPU speed)")
+    speedup_vs_eager: float = Field(description="geomean over the timed workloads")
+    medians_us: dict[str, dict[str, float]] = Field(default_factory=dict, description="per timed workload, per "
+                                                    "contender (candidate, eager, compile, ...): median time per "
+                                                    "call, microseconds")
+    feedback: str = Field(default="", description="its profile's feedback text; empty when it was not profiled")
+
+
 class GenerateRequest(Contract):
     problem: Problem
     n: int = Field(ge=1, description="how many new candidates to propose")
@@ -394,6 +406,8 @@ class GenerateRequest(Contract):
                                   "what the micro-profiling tools suggest changing (stages/proposers/mutations.py)")
     feedback: str = Field(default="", description="the parent's profile feedback as text (refine's Feedback.text)")
     parent_speedup_vs_eager: float | None = Field(default=None, description="the parent's measured speedup")
+    incumbent: Incumbent | None = Field(default=None, description="the run's best verified candidate so far (a "
+                                        "template's or a model's): what a proposal has to beat")
     lessons: list[str] = Field(default_factory=list, description="search memory: verified conclusions so far")
     exclude_ids: list[str] = Field(default_factory=list, description="candidate ids already tried")
     seed: int = 0

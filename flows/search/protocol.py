@@ -93,24 +93,28 @@ def repair_depth(state: SearchState, candidate: Candidate) -> int:
 
 
 def repairable(state: SearchState, candidate: Candidate | None) -> Failure | None:
-    """The candidate's failure when the run's proposer repairs that kind and the lineage has not failed
-    MAX_REPAIRS times in a row; else None."""
+    """The candidate's failure when the run's proposer made it (a seed of the builtin proposer in an llm run is
+    evaluated as it is), repairs that kind, and the lineage has not failed MAX_REPAIRS times in a row; else None."""
     failure = state.failures.get(candidate.id) if candidate else None
     if candidate is None or failure is None or failure.kind not in REPAIRS.get(state.config.proposer, ()):
+        return None
+    if candidate.origin.kind in ("builtin", "llm") and candidate.origin.kind != state.config.proposer:
         return None
     return failure if repair_depth(state, candidate) < MAX_REPAIRS else None
 
 
 def request(run: Run, expansion: Expansion) -> GenerateRequest:
     """The generate request of an expansion, filled from the run: the parent's actions, feedback and speedup, the
-    lessons, the candidates tried, the LLM budget left."""
+    incumbent (the best verified so far, with its times and profile), the lessons, the candidates tried, the LLM
+    budget left."""
     state, config = run.state, run.config
     parent, failure = expansion.parent, expansion.failure
     return GenerateRequest(
         problem=state.problem, n=expansion.n, proposer=config.proposer, backend=config.backend, parent=parent,
         parent_failure=failure, actions=state.actions.get(parent.id, []) if parent and not failure else [],
         feedback=state.feedback.get(parent.id, "") if parent else "",
-        parent_speedup_vs_eager=state.speedups.get(parent.id) if parent else None, lessons=state.lessons,
+        parent_speedup_vs_eager=state.speedups.get(parent.id) if parent else None, incumbent=state.incumbent(),
+        lessons=state.lessons,
         exclude_ids=state.tried, seed=config.seed + len(state.tried) if expansion.seed is None else expansion.seed,
         model=config.llm.model, llm_tokens_left=state.llm.tokens_left(), llm_usd_left=state.llm.usd_left(),
         api_key=run.api_key)

@@ -1,9 +1,10 @@
 """The prompts: Jinja2 templates in prompts/ rendered with StrictUndefined (a missing variable is an error, never
 an empty string), and the facts they are filled with (problem, backend guidance, hardware, policy, examples).
 
-Templates: system (the harness's rules), init (write a kernel), debug_diagnose then debug_patch (two steps: find
+Templates: system (the harness's rules), init (write a kernel; the run's best so far, when there is one, is the kernel
+to beat: its source, times and profile), debug_diagnose then debug_patch (two steps: find
 the cause from the evidence, then a localized SEARCH/REPLACE patch, never a rewrite or a fallback), optimize (the
-parent, its profile feedback and the search's lessons). backends/<backend>.j2 is the per-backend guidance;
+parent, its times, its profile feedback and the search's lessons; the best so far's times when it is another). backends/<backend>.j2 is the per-backend guidance;
 prompts/examples/ holds runnable few-shot modules, verified by tests/stages/llm/test_prompts.py.
 """
 
@@ -61,6 +62,19 @@ def _versions() -> dict[str, str]:
     return out
 
 
+def times(req: GenerateRequest) -> list[str]:
+    """The incumbent's median times, one line per timed workload: its own, then the baselines timed beside it."""
+    if req.incumbent is None:
+        return []
+    params = {w.name: w.params for w in req.problem.gpu_workloads + req.problem.cpu_workloads}
+    lines = []
+    for workload, medians in req.incumbent.medians_us.items():
+        own = f"{medians['candidate']:.1f} us" if "candidate" in medians else "not timed"
+        others = ", ".join(f"{who} {us:.1f} us" for who, us in medians.items() if who != "candidate")
+        lines.append(f"{workload} {params.get(workload, {})}: {own}" + (f" ({others})" if others else ""))
+    return lines
+
+
 def examples(backend: Backend) -> list[dict[str, str]]:
     return [{"name": name, "source": (PROMPTS / "examples" / name).read_text()} for name in EXAMPLES.get(backend, [])
             if (PROMPTS / "examples" / name).is_file()]
@@ -73,7 +87,7 @@ def facts(req: GenerateRequest, backend: Backend) -> dict[str, Any]:
             "policy": _policy(req.problem.policy), "guidance": render_prompt(f"backends/{backend}.j2", **common),
             "examples": examples(backend), "workloads": [w.params for w in req.problem.gpu_workloads],
             "parent": req.parent, "failure": req.parent_failure, "feedback": req.feedback, "lessons": req.lessons,
-            "speedup": req.parent_speedup_vs_eager}
+            "speedup": req.parent_speedup_vs_eager, "incumbent": req.incumbent, "incumbent_times": times(req)}
 
 
 def messages(purpose: str, req: GenerateRequest, backend: Backend, history: list[dict[str, str]] | None = None,

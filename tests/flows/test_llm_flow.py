@@ -82,7 +82,7 @@ def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, t
     with FakeOpenAI(script) as server:
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", profile=False, llm=LLMLimits(model="fake-model")))
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", profile=False, seeds=0, llm=LLMLimits(model="fake-model")))
     t = _tables(tmp_path)
     cands, calls = t["candidates"], t["llm_calls"]
     assert list(calls.purpose) == ["init", "debug_diagnose", "debug_patch", "optimize", "debug_diagnose",
@@ -99,6 +99,28 @@ def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, t
     assert KEY not in stored  # not in any table, blob or log
 
 
+def test_the_first_prompt_shows_the_best_seed_as_the_kernel_to_beat(prefect_harness, tmp_path: Path, monkeypatch) -> None:
+    """An llm run evaluates the builtin proposer's seeds first (here the elementwise family's best guess); the model's
+    first prompt is the best of them, with its times beside the baselines' and its profile, to make faster."""
+    from kernelflow.flows.optimize import optimize
+
+    fixed = KERNEL.replace("tl.sigmoidd", "tl.sigmoid")
+    with FakeOpenAI([Scripted(content=fixed)]) as server:
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", proposer="llm",
+                                           baseline_profiles=False, llm=LLMLimits(model="fake-model")))
+    t = _tables(tmp_path)
+    cands, calls = t["candidates"], t["llm_calls"]
+    assert list(cands.origin_kind) == ["builtin", "llm"] and cands.origin_proposer.iloc[0] == "elementwise"
+    assert list(calls.purpose) == ["optimize"] and cands.parent_id.iloc[1] == cands.id.iloc[0]
+    prompt = server.requests[0]["messages"][-1]["content"]
+    assert cands.source.iloc[0] in prompt  # the seed's own source, as the kernel to make faster
+    assert "Its median time per call on cpu:\n- cpu0 {'batch_size': 7, 'dim': 96}: " in prompt, prompt
+    assert " us (eager " in prompt and "Bottleneck class: memory" in prompt  # its times and its profile
+    assert summary["best_candidate_id"] in set(cands.id)
+
+
 def test_replies_without_code_and_failed_calls_are_recorded_and_stop_the_run(prefect_harness, tmp_path: Path, monkeypatch) -> None:
     from kernelflow.flows.optimize import optimize
     from kernelflow.stages.llm import client
@@ -111,7 +133,7 @@ def test_replies_without_code_and_failed_calls_are_recorded_and_stop_the_run(pre
         monkeypatch.setenv("KERNELFLOW_LLM_MAX_ATTEMPTS", "2")
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", llm=LLMLimits(model="fake-model")))
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", seeds=0, llm=LLMLimits(model="fake-model")))
     t = _tables(tmp_path)
     assert "candidates" not in t and list(t["llm_calls"].status) == ["ok", "ok", "failed"]
     assert "server_error" in summary["stop_reason"] and summary["winner"] == "eager" and len(server.requests) == 4
@@ -123,7 +145,7 @@ def test_the_token_budget_stops_the_run(prefect_harness, tmp_path: Path, monkeyp
     with FakeOpenAI([Scripted(content=KERNEL, usage=(900, 300))]) as server:
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", llm=LLMLimits(model="fake-model", max_tokens=1000)))
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", seeds=0, llm=LLMLimits(model="fake-model", max_tokens=1000)))
     assert "token" in summary["stop_reason"] and len(server.requests) == 1
 
 
@@ -145,7 +167,7 @@ def test_no_model_is_a_clear_stop_not_a_crash(prefect_harness, tmp_path: Path, m
 
     monkeypatch.delenv("KERNELFLOW_LLM_MODEL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", proposer="llm", profile=False))
+    summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", proposer="llm", profile=False, seeds=0))
     assert "gave no candidate: LLM call failed (config): no model" in summary["stop_reason"]
     assert summary["winner"] == "eager"
 

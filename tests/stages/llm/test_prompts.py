@@ -14,6 +14,7 @@ from kernelflow.stages.contracts import (
     Candidate,
     Failure,
     GenerateRequest,
+    Incumbent,
     Origin,
     VerifyRequest,
 )
@@ -44,6 +45,24 @@ def test_every_purpose_renders_for_every_backend(backend: str) -> None:
     optimize = messages("optimize", _request(parent=parent, feedback="1. [dram_excess ...]", lessons=["BLOCK 4096 hurt"],
                                              parent_speedup_vs_eager=1.25), backend)[1]["content"]
     assert "1.250x eager" in optimize and "dram_excess" in optimize and "BLOCK 4096 hurt" in optimize
+
+
+def test_the_best_so_far_is_the_kernel_to_beat_with_its_times_and_profile() -> None:
+    seed = Candidate.make("01_softmax", "triton", "class ModelNew: ...  # rowwise seed", Origin(
+        kind="builtin", proposer="rowwise", params={"BLOCK": 1024}))
+    best = Incumbent(candidate=seed, device="cuda", speedup_vs_eager=1.42, feedback="1. [dram_excess] reads twice",
+                     medians_us={"gpu0": {"candidate": 512.25, "eager": 730.0, "compile": 600.5}})
+    init = messages("init", _request(incumbent=best), "cuda")[1]["content"]
+    assert "# The kernel to beat" in init and "# rowwise seed" in init and "1.420x eager" in init
+    assert "- gpu0 {'batch_size': 32768, 'dim': 8192}: 512.2 us (eager 730.0 us, compile 600.5 us)" in init, init
+    assert "reads twice" in init and "(interpreted" not in init
+    assert "# The kernel to beat" not in messages("init", _request(), "cuda")[1]["content"]
+    same = messages("optimize", _request(parent=seed, incumbent=best), "triton")[1]["content"]
+    assert "Its median time per call on cuda:\n- gpu0" in same and "to beat" not in same
+    other = Candidate.make("01_softmax", "triton", "class ModelNew: ...  # another", Origin(kind="llm", proposer="llm"))
+    elsewhere = messages("optimize", _request(parent=other, incumbent=best), "triton")[1]["content"]
+    assert "# The best verified kernel so far, to beat (1.420x eager PyTorch, builtin rowwise)" in elsewhere
+    assert "512.2 us" in elsewhere and "# rowwise seed" not in elsewhere
 
 
 def test_a_missing_variable_is_an_error_not_an_empty_string() -> None:
