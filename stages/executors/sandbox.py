@@ -159,7 +159,7 @@ def plan(sandbox: Sandbox, stage: str, request: StageRequest, env: dict[str, str
                       "(TRITON_HOME, CUDA_CACHE_PATH, TORCHINDUCTOR_CACHE_DIR, TORCH_EXTENSIONS_DIR, PYTHONUSERBASE)"}
     isolate, network = _network(sandbox)
     record["network"] = network
-    writable, files = _files(sandbox, work, env)
+    writable, files = _files(sandbox, work, env, getattr(request, "device", None))
     record["files"] = files
     rlimits, notes = _limits(sandbox, request, isolate)
     resident = sandbox.resident_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
@@ -179,8 +179,9 @@ def caches(env: dict[str, str]) -> dict[str, str]:
             "PYTHONUSERBASE": env.get("PYTHONUSERBASE", site.getuserbase())}
 
 
-def _files(sandbox: Sandbox, work: Path, env: dict[str, str]) -> tuple[tuple[str, ...] | None, str]:
-    """(the places a stage process may change, or None; the record's words)."""
+def _files(sandbox: Sandbox, work: Path, env: dict[str, str], device: str | None) -> tuple[tuple[str, ...] | None, str]:
+    """(the places a stage process may change, or None; the record's words). A request on the GPU may also write
+    beneath /proc: the CUDA driver does when it starts, and fails with error 304 where it cannot."""
     if sandbox.file_isolation == "off":
         return None, "not applied: switched off (file_isolation='off')"
     if (version := landlock.abi()) == 0:
@@ -192,6 +193,7 @@ def _files(sandbox: Sandbox, work: Path, env: dict[str, str]) -> tuple[tuple[str
     places = [str(work), "/dev", os.path.join(env["TRITON_HOME"], ".triton"), env["CUDA_CACHE_PATH"],
               env["TORCHINDUCTOR_CACHE_DIR"], env["TORCH_EXTENSIONS_DIR"]]
     places += [env[k] for k in ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR") if env.get(k)]
+    places += ["/proc"] if device == "cuda" else []
     for place in places[2:]:
         with contextlib.suppress(OSError):  # a cache that cannot be made here is not writable there either
             os.makedirs(place, exist_ok=True)
