@@ -400,6 +400,8 @@ class GenerateRequest(Contract):
     n: int = Field(ge=1, description="how many new candidates to propose")
     proposer: str = Field(default="builtin", description="registry name")
     backend: Backend | None = Field(default=None, description="restrict to one backend")
+    device: Device | None = Field(default=None, description="the device candidates are generated for (the run's); "
+                                  "None: cuda where a GPU is visible, else cpu")
     parent: Candidate | None = Field(default=None, description="candidate to refine (or repair), if any")
     parent_failure: Failure | None = Field(default=None, description="set when the parent failed: repair it")
     actions: list[Action] = Field(default_factory=list, description="the parent's profile feedback, causes first: "

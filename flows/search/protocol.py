@@ -110,7 +110,8 @@ def request(run: Run, expansion: Expansion) -> GenerateRequest:
     state, config = run.state, run.config
     parent, failure = expansion.parent, expansion.failure
     return GenerateRequest(
-        problem=state.problem, n=expansion.n, proposer=config.proposer, backend=config.backend, parent=parent,
+        problem=state.problem, n=expansion.n, proposer=config.proposer, backend=config.backend,
+        device=state.device, parent=parent,
         parent_failure=failure, actions=state.actions.get(parent.id, []) if parent and not failure else [],
         feedback=state.feedback.get(parent.id, "") if parent else "",
         parent_speedup_vs_eager=state.speedups.get(parent.id) if parent else None, incumbent=state.incumbent(),

@@ -11,6 +11,7 @@ import torch
 
 from kernelflow.stages.contracts import Backend, Candidate
 from kernelflow.stages.errors import CandidateFault
+from kernelflow.stages.harness import interpreter_compat
 from kernelflow.stages.problems.kernelbench import import_file
 
 CANDIDATE_MODULE_PREFIX = "kf_cand_"  # a candidate's file and module name: the prefix, then its id
@@ -52,4 +53,6 @@ def load_model_class(candidate: Candidate, workdir: str | Path, device: str) -> 
         raise CandidateFault("unavailable", "CUDA C++ candidates run only on a GPU: use --device cuda")
     if candidate.backend == "triton" and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
         raise CandidateFault("unavailable", "Triton needs a GPU, or TRITON_INTERPRET=1 to run on CPU")
+    if candidate.backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1":
+        interpreter_compat.install()
     return import_candidate(candidate, workdir).ModelNew

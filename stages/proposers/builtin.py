@@ -15,7 +15,7 @@ import itertools
 import math
 from typing import Any
 
-from kernelflow.stages.contracts import Action, Candidate, GenerateRequest, GenerateResult, Origin
+from kernelflow.stages.contracts import Action, Candidate, Device, GenerateRequest, GenerateResult, Origin
 from kernelflow.stages.problems.kernelbench import import_problem
 from kernelflow.stages.proposers import mutations
 from kernelflow.stages.templates import TEMPLATES
@@ -57,15 +57,27 @@ def _turns(plans: dict[str, Plan], req: GenerateRequest, notes: list[str]) -> li
     return turns[shift:] + turns[:shift]
 
 
+def device_of(req: GenerateRequest) -> Device:
+    """The device the request generates for: its own, else cuda where a GPU is visible, else cpu."""
+    import torch
+
+    return req.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def _plans(req: GenerateRequest) -> tuple[dict[str, Plan], list[str]]:
+    """Each matching family's plan, and the others' reasons. A family with TARGETED takes the device too and does
+    not need the trace (it matches when tracing fails)."""
     try:  # one trace for every family
-        traced = trace(req.problem, import_problem(req.problem.path))
+        traced, untraced = trace(req.problem, import_problem(req.problem.path)), ""
     except TemplateMismatch as e:
-        return {}, [e.reason]
-    plans, reasons = {}, []
+        traced, untraced = None, e.reason
+    plans, reasons = {}, [untraced] if untraced else []
     for family, template in TEMPLATES.items():
         try:
-            plans[family] = template.match(req.problem, traced)
+            if getattr(template, "TARGETED", False):
+                plans[family] = template.match(req.problem, traced, device_of(req))
+            elif traced is not None:
+                plans[family] = template.match(req.problem, traced)
         except TemplateMismatch as e:
             reasons.append(f"{family}: {e.reason}")
     return plans, reasons
@@ -85,11 +97,16 @@ def propose(req: GenerateRequest) -> GenerateResult:
     seen = set(req.exclude_ids)
     parent_id = req.parent.id if req.parent is not None else None
     notes: list[str] = []
+    skipped: list[str] = []  # variants that did not render
     variants = _turns(plans, req, notes)
     for family, params in variants:
         if len(candidates) == req.n:
             break
-        source = TEMPLATES[family].render(plans[family], params)
+        try:  # a variant that regenerates code (inductor's choices) may not apply
+            source = TEMPLATES[family].render(plans[family], params)
+        except TemplateMismatch as e:
+            skipped.append(f"{family}: {e.reason}")
+            continue
         candidate = Candidate.make(req.problem.id, "triton", source, Origin(kind="builtin", proposer=family,
                                                                           params=params), parent_id=parent_id)
         if candidate.id not in seen:
@@ -100,4 +117,6 @@ def propose(req: GenerateRequest) -> GenerateResult:
         f"{len(variants) - len(candidates)} of them excluded as already tried")
     if notes:
         message = "; ".join(filter(None, [message, "from the parent's profile: " + "; ".join(notes)]))
+    if skipped:
+        message = "; ".join(filter(None, [message, "variants that do not apply: " + "; ".join(skipped)]))
     return GenerateResult(problem_id=req.problem.id, proposer="builtin", candidates=candidates, message=message)

@@ -6,7 +6,9 @@ Rules are keyed on parameter names, not on families, so a family gets every move
 - BLOCK, BLOCK_M/N/K: tile sizes; max_block_d: the widest row kept in registers (rowwise); loop_block_d and
   loop_warps: the chunk and warps of wider rows' looped kernel (rowwise); min_tile: elements per program for narrow
   rows (rowwise); GROUP_M: tile-order grouping for L2 reuse (matmul); split_p: the probabilities
-  as two half-precision operands (attention), the one precision move (raise_precision, after a verify mismatch).
+  as two half-precision operands (attention), the one precision move (raise_precision, after a verify mismatch);
+- a key `KERNEL.NAME` is parameter NAME of one kernel of a multi-kernel candidate (inductor: XBLOCK, YBLOCK, R0_BLOCK,
+  num_warps, num_stages per generated kernel): a move on NAME moves each kernel's own in turn, one at a time.
 Each move returns the changed parameter sets, nearest first; an action no parameter can express returns none and
 `why_not` says so (shared-memory padding, divergence and instruction choice are not template parameters).
 """
@@ -26,27 +28,35 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "num_warps": (1, 32), "num_stages": (1, 6), "BLOCK": (128, 16384), "BLOCK_M": (16, 256), "BLOCK_N": (16, 256),
     "BLOCK_K": (16, 128), "max_block_d": (1024, 32768), "min_tile": (1024, 16384), "GROUP_M": (1, 32),
     "loop_block_d": (1024, 32768), "loop_warps": (1, 32),
+    "XBLOCK": (1, 4096), "YBLOCK": (1, 1024), "ZBLOCK": (1, 64), "R0_BLOCK": (1, 4096),
 }
+
+
+def _base(key: str) -> str:
+    """The parameter's name without its kernel (`triton_red_fused_sum_0.XBLOCK` -> XBLOCK)."""
+    return key.rsplit(".", 1)[-1]
 
 
 def _scaled(params: Params, key: str, factor: float) -> Params | None:
     """params with params[key] multiplied by factor, or None if absent, unchanged or out of bounds."""
     if not isinstance(params.get(key), int):
         return None
-    value = int(params[key] * factor) if key != "num_stages" else params[key] + (1 if factor > 1 else -1)
-    low, high = BOUNDS.get(key, (1, 1 << 20))
+    name = _base(key)
+    value = int(params[key] * factor) if name != "num_stages" else params[key] + (1 if factor > 1 else -1)
+    low, high = BOUNDS.get(name, (1, 1 << 20))
     if value == params[key] or not low <= value <= high:
         return None
     return {**params, key: value}
 
 
 def _moves(params: Params, *steps: tuple[str, float]) -> list[Params]:
-    """One parameter set per (key, factor) step that stays within bounds."""
+    """One parameter set per (key, factor) step that stays within bounds; a key also moves each kernel's own."""
     out = []
-    for key, factor in steps:
-        moved = _scaled(params, key, factor)
-        if moved is not None and moved not in out:
-            out.append(moved)
+    for name, factor in steps:
+        for key in [k for k in params if k == name or k.endswith("." + name)]:
+            moved = _scaled(params, key, factor)
+            if moved is not None and moved not in out:
+                out.append(moved)
     return out
 
 
@@ -58,22 +68,25 @@ def _raise_occupancy(params: Params, action: Action) -> list[Params]:
     if limiter == "warps per block":
         return _moves(params, ("num_warps", 0.5))
     if limiter == "blocks per SM":
-        return _moves(params, ("num_warps", 2), ("BLOCK", 2))
+        return _moves(params, ("num_warps", 2), ("BLOCK", 2), ("XBLOCK", 2))
     # registers (or unknown): the same tile over more warps holds fewer registers per thread, or a smaller tile
     return _moves(params, ("num_warps", 2), ("BLOCK_N", 0.5), ("BLOCK", 0.5), ("max_block_d", 0.5),
-                  ("loop_block_d", 0.5), ("loop_warps", 2))
+                  ("loop_block_d", 0.5), ("loop_warps", 2), ("R0_BLOCK", 0.5), ("XBLOCK", 0.5))
 
 
 RULES: dict[str, Callable[[Params, Action], list[Params]]] = {
     "raise_occupancy": _raise_occupancy,
     "remove_spills": lambda p, a: _moves(p, ("num_warps", 2), ("BLOCK_N", 0.5), ("BLOCK_K", 0.5), ("BLOCK", 0.5),
-                                         ("max_block_d", 0.5), ("loop_block_d", 0.5), ("loop_warps", 2)),
+                                         ("max_block_d", 0.5), ("loop_block_d", 0.5), ("loop_warps", 2),
+                                         ("R0_BLOCK", 0.5), ("XBLOCK", 0.5)),
     "hide_memory_latency": lambda p, a: _moves(p, ("num_stages", 2), ("num_warps", 2), ("min_tile", 2)),
-    "more_parallelism": lambda p, a: _moves(p, ("BLOCK_M", 0.5), ("BLOCK_N", 0.5), ("BLOCK", 0.5), ("min_tile", 0.5)),
-    "increase_ilp": lambda p, a: _moves(p, ("BLOCK", 2), ("num_warps", 0.5), ("BLOCK_N", 2), ("min_tile", 2)),
-    "vectorize_access": lambda p, a: _moves(p, ("BLOCK", 2), ("num_warps", 0.5)),
+    "more_parallelism": lambda p, a: _moves(p, ("BLOCK_M", 0.5), ("BLOCK_N", 0.5), ("BLOCK", 0.5), ("min_tile", 0.5),
+                                            ("XBLOCK", 0.5), ("YBLOCK", 0.5)),
+    "increase_ilp": lambda p, a: _moves(p, ("BLOCK", 2), ("XBLOCK", 2), ("num_warps", 0.5), ("BLOCK_N", 2),
+                                        ("min_tile", 2), ("R0_BLOCK", 2)),
+    "vectorize_access": lambda p, a: _moves(p, ("BLOCK", 2), ("XBLOCK", 2), ("num_warps", 0.5)),
     "reduce_dram_traffic": lambda p, a: _moves(p, ("max_block_d", 2), ("loop_block_d", 2), ("GROUP_M", 2),
-                                               ("BLOCK_M", 2), ("BLOCK_N", 2)),
+                                               ("BLOCK_M", 2), ("BLOCK_N", 2), ("R0_BLOCK", 2)),
     "feed_tensor_cores": lambda p, a: _moves(p, ("num_stages", 2), ("BLOCK_N", 2), ("BLOCK_M", 2), ("GROUP_M", 2)),
     "raise_precision": lambda p, a: [{**p, "split_p": True}] if p.get("split_p") is False else [],
 }
@@ -94,6 +107,7 @@ def apply(action: Action, params: Params) -> list[Params]:
     moves = rule(params, action) if rule else []
     kernel = str(action.params.get("kernel", ""))
     own = next((keys for end, keys in KERNEL_PARAMS.items() if kernel.endswith(end)), ())
+    own = (*own, *(k for k in params if kernel and k.startswith(kernel + ".")))
     return sorted(moves, key=lambda p: not any(p.get(k) != params.get(k) for k in own))
 
 
@@ -112,4 +126,4 @@ def why_not(action: Action, params: Params) -> str:
 
 def explore(params: Params) -> list[Params]:
     """Plain neighbours: every parameter doubled and halved within bounds (local search when no tool speaks)."""
-    return _moves(params, *((key, f) for key in sorted(params) if key in BOUNDS for f in (2, 0.5)))
+    return _moves(params, *((key, f) for key in sorted(params) if _base(key) in BOUNDS for f in (2, 0.5)))

@@ -1,0 +1,506 @@
+"""Inductor's output, read: the one file that knows how torch.compile's Inductor writes code and how to stop it.
+
+`lower(request)` runs in a process of its own (`python -m kernelflow.stages.templates.inductor_output REQ RES`,
+started by stages/templates/inductor.py): it builds the problem's Model and inputs at one workload on the target
+device, has Dynamo trace forward (eval mode, as the harness runs it) with dynamic shapes (every dim of inputs and parameters a symbol, no duck sizing,
+floats specialized; fullgraph, no_grad) and Inductor lower that graph for the device (`cpu_backend = "triton"` on
+the CPU), with its caches off, and stops it at GraphLowering.codegen: the wrapper's source is kept and nothing is
+compiled, loaded or run. On the CPU Triton has no driver here; the one call that needs one during codegen (the
+backend hash `torch.utils._triton.triton_hash_with_backend`, which only keys caches) is answered with a constant.
+
+What is read from that source (Inductor 2.11 to 2.13; anything else is `Unreadable`, with what was not understood):
+- kernels: `NAME = async_compile.triton('NAME', '''SOURCE''', ...)`. In SOURCE, the function decorated with
+  `@triton_heuristics.<kind>(...)` and `@triton.jit`; its candidate launch configurations are that decorator's
+  (evaluated with `triton_heuristics.cached_autotune` swapped for a recorder: nothing is compiled); its launch
+  parameters are the signature's constexprs that the configurations set (XBLOCK, R0_BLOCK, ...), after the
+  positional ones; its grid is Inductor's own GridExpr for `inductor_meta['grid_type']`, written in those names;
+  a kernel with `no_x_dim` keeps its XBLOCK.
+- helpers: `triton_helpers.NAME` in a kernel is copied in as `_kf_th_NAME` (with the helpers and constexprs it uses
+  in turn); `libdevice` and `tl_math` are Triton's own modules. The candidate imports nothing of torch._inductor.
+- the wrapper's `call(args)` (a function, or the method of `Runner`): `a, b = args` binds the graph's inputs, in
+  Dynamo's placeholder order, whose sources (`L['x']`, `L['self']._modules['conv']._parameters['weight']`,
+  `L['x'].size()[0]`) become forward's expressions; `K.run(*args, stream=...)` is a launch of kernel K;
+  `empty_strided_<device>(size, stride, dtype)` becomes torch.empty_strided on the inputs' device,
+  `reinterpret_tensor(t, size, stride, offset)` t.as_strided; `extern_kernels.NAME(...)` a torch function of that
+  name, or (Inductor's own Python wrappers such as bias_addmm) the function's source copied in as `_kf_ext_NAME`;
+  `aten.OP...(...)` stays; device guards, streams, set_device and size/alignment asserts are dropped (a tensor input
+  contiguous at the workload is made contiguous); `return (a, b, )` gives the outputs.
+The result is plain data (JSON): the candidate module is written from it by stages/templates/inductor.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+import sys
+import textwrap
+from typing import Any
+
+FORMAT = 3  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
+    "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
+    "aggressive_fusion": False,  # fuse nodes that share no memory access too
+    "prefer_nd_tiling": False,  # tile pointwise kernels in 2-D/3-D where strides allow
+    "persistent_reductions": True,  # a short reduction in registers, not looped (static sizes only)
+    "max_autotune": False,  # GEMM/conv as Triton templates where they beat the vendor call (timed on the GPU)
+    "triton_gemm": False,  # with max_autotune: Triton templates only, never the vendor call
+    "allow_tf32": False,  # TF32 products in Triton GEMM templates (only where the policy allows TF32)
+}
+GRIDS = ("Grid1D", "Grid2D", "Grid3D", "Grid2DWithYZOverflow", "BatchMatmulGrid3D", "SplitScanGrid", "FixedGrid")
+_DROPPED_CALLS = {"assert_size_stride", "assert_alignment", "get_raw_stream", "check_memory_tracking"}
+_ALLOWED_NAMES = {"torch", "math", "aten", "_kf_device", "_kf_launch", "_kf_cdiv", "max", "min", "int", "float",
+                  "abs", "None", "True", "False", "len", "tuple", "range"}
+
+
+class Unreadable(Exception):
+    """Inductor could not lower the reference, or wrote something this reader does not understand."""
+
+
+def _source_name(source: Any) -> str:
+    name = source.name
+    return name() if callable(name) else name
+
+
+def _forward_expr(source: str) -> str:
+    """Dynamo's source of a graph input as an expression in forward: L['x'] -> x, G['w'] -> w."""
+    expr = re.sub(r"\b[LG]\['(\w+)'\]", r"\1", source)
+    expr = re.sub(r"\._(?:modules|parameters|buffers)\['([A-Za-z_]\w*)'\]", r".\1", expr)
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        raise Unreadable(f"Dynamo reads a graph input from {source}, not an expression of forward's") from None
+    for node in ast.walk(tree):
+        ok = isinstance(node, (ast.Expression, ast.Name, ast.Attribute, ast.Subscript, ast.Constant, ast.Load))
+        if isinstance(node, ast.Call):
+            ok = isinstance(node.func, ast.Attribute) and node.func.attr in ("size", "stride") and not node.args
+        if not ok:
+            raise Unreadable(f"Dynamo reads a graph input from {source}, not an expression of forward's")
+    return expr
+
+
+def _configure(device: str, knobs: dict[str, bool]) -> None:
+    import torch
+    import torch._dynamo.config as dynamo
+    import torch._inductor.config as inductor
+    import torch.fx.experimental._config as fx
+
+    dynamo.specialize_float = True  # a float attribute is a constant of the code (held-out shapes move ints only)
+    dynamo.force_parameter_static_shapes = False  # a held-out shape may change channel counts
+    dynamo.force_nn_module_property_static_shapes = False
+    fx.use_duck_shape = False  # two dims equal at this workload are still two symbols
+    inductor.force_disable_caches = True  # a cache hit would skip codegen
+    inductor.compile_threads = 1
+    inductor.freezing = False  # parameters stay inputs, so the candidate reads the module's own
+    inductor.triton.cudagraphs = False
+    if hasattr(inductor, "graph_partition"):
+        inductor.graph_partition = False
+    inductor.split_reductions = knobs["split_reductions"]
+    inductor.aggressive_fusion = knobs["aggressive_fusion"]
+    inductor.triton.prefer_nd_tiling = knobs["prefer_nd_tiling"]
+    inductor.triton.persistent_reductions = knobs["persistent_reductions"]
+    inductor.max_autotune = inductor.max_autotune_gemm = knobs["max_autotune"]
+    if knobs["triton_gemm"]:
+        inductor.max_autotune_gemm_backends = inductor.max_autotune_conv_backends = "TRITON"
+    torch.backends.cuda.matmul.allow_tf32 = knobs["allow_tf32"]
+    if not knobs["max_autotune"]:  # Inductor's own conv lowering fixes the weight's sizes; the fallback does not
+        from torch._inductor.lowering import make_fallback
+
+        make_fallback(torch.ops.aten.convolution, warn=False)
+    if device == "cpu":
+        import torch.utils._triton as triton_utils
+
+        inductor.cpu_backend = "triton"
+        triton_utils.triton_hash_with_backend = lambda: "KERNELFLOW-CPU-CODEGEN"  # type: ignore[assignment]  # keys caches only
+
+
+Input = tuple[str, str, list[str]]  # a graph input: forward's expression, its kind, its sizes as Dynamo traced them
+
+
+def capture(model: Any, inputs: list[Any]) -> tuple[str, list[Input], int]:
+    """(the wrapper's source, the graph inputs, the graph's output count): Inductor stopped at codegen. Raises
+    Unreadable with Dynamo's or Inductor's own error."""
+    import torch
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.graph import GraphLowering
+
+    class Stop(Exception):
+        pass
+
+    codes: list[str] = []
+    graphs: list[tuple[str, list[Input], int]] = []
+    real_codegen = GraphLowering.codegen
+
+    def codegen(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real_codegen(self, *args, **kwargs)
+        code: Any = out[0] if isinstance(out, tuple) else out
+        codes.append(code.value if hasattr(code, "value") else code)
+        raise Stop
+
+    def backend(gm: Any, example_inputs: list[Any]) -> Any:
+        inputs = []
+        for node in gm.graph.find_nodes(op="placeholder"):
+            arg = node.meta.get("grapharg")
+            if arg is None:
+                raise Unreadable(f"Dynamo's graph input {node.name} has no source")
+            example = node.meta.get("example_value", getattr(arg, "example", None))
+            kind, sizes = type(example).__name__.lower(), []
+            if isinstance(example, torch.Tensor):  # a contiguous one is made contiguous: Inductor assumed it
+                kind = "contiguous" if example.is_contiguous() else "tensor"
+                sizes = [str(d) for d in example.shape]
+            inputs.append((_forward_expr(_source_name(arg.source)), kind, sizes))
+        outputs = next(iter(gm.graph.find_nodes(op="output"))).args[0]
+        before = len(codes)
+        try:
+            compile_fx(gm, example_inputs)
+        except Exception as e:
+            if len(codes) == before:
+                raise Unreadable(f"Inductor cannot lower the graph: {type(e).__name__}: {str(e)[:400]}") from e
+        else:
+            raise Unreadable("Inductor finished without reaching GraphLowering.codegen (a cache or a new path)")
+        graphs.append((codes[-1], inputs, len(outputs) if isinstance(outputs, (tuple, list)) else 1))
+        raise Stop
+
+    GraphLowering.codegen = codegen  # type: ignore[method-assign]
+    try:
+        with torch.no_grad():
+            torch.compile(model, backend=backend, dynamic=True, fullgraph=True)(*inputs)
+    except Exception as e:
+        if not graphs:
+            cause: BaseException = e
+            while cause.__cause__ is not None and not isinstance(cause, Unreadable):
+                cause = cause.__cause__
+            if isinstance(cause, Unreadable):
+                raise cause from None
+            raise Unreadable(f"torch.compile cannot compile forward: {type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:400] if str(e) else ''}") from e
+    finally:
+        GraphLowering.codegen = real_codegen  # type: ignore[method-assign]
+    return graphs[-1]
+
+
+def _configs(kernel_source: str, decorator: ast.Call) -> tuple[list[dict[str, Any]], dict, dict]:
+    """The decorator's candidate launch configurations, its triton_meta and its inductor_meta."""
+    from torch._inductor.runtime import triton_heuristics
+
+    seen: dict[str, Any] = {}
+
+    def record(size_hints: Any, configs: Any, triton_meta: Any = None, heuristic_type: Any = None,
+               filename: Any = None, inductor_meta: Any = None, **_: Any) -> None:
+        seen.update(configs=configs, triton_meta=triton_meta, inductor_meta=inductor_meta or {})
+        enforce = getattr(triton_heuristics, "_enforce_reduction_config_block_minimums", None)
+        if enforce is not None and size_hints is not None and "REDUCTION" in str(heuristic_type):
+            seen["configs"] = enforce(configs, size_hints, inductor_meta or {})
+
+    namespace: dict[str, Any] = {"__file__": "kernel.py"}
+    module = ast.parse(kernel_source)
+    imports: list[ast.stmt] = [s for s in module.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+    exec(compile(ast.Module(body=imports, type_ignores=[]), "kernel.py", "exec"), namespace)
+    real = triton_heuristics.cached_autotune
+    triton_heuristics.cached_autotune = record  # type: ignore[assignment]
+    try:
+        eval(compile(ast.Expression(body=decorator), "kernel.py", "eval"), namespace)
+    finally:
+        triton_heuristics.cached_autotune = real
+    if "configs" not in seen:
+        raise Unreadable(f"the kernel's decorator {ast.unparse(decorator.func)} gave no configurations")
+    configs: list[dict[str, Any]] = []
+    for c in seen["configs"]:
+        config = {"kwargs": dict(c.kwargs), "num_warps": int(c.num_warps), "num_stages": int(c.num_stages)}
+        if config not in configs:
+            configs.append(config)
+    return configs, seen["triton_meta"] or {}, seen["inductor_meta"]
+
+
+def _grid(inductor_meta: dict, meta: dict[str, Any]) -> dict[str, Any]:
+    from torch._inductor.runtime.triton_heuristics import GridExpr
+
+    kind = inductor_meta.get("grid_type")
+    if kind not in GRIDS:
+        raise Unreadable(f"grid type {kind!r} of kernel {inductor_meta.get('kernel_name')} is not one of {GRIDS}")
+    grid = GridExpr.from_meta(inductor_meta, meta, mode="python")
+    return {"prefix": list(grid.prefix), "dims": [str(grid.x_grid), str(grid.y_grid), str(grid.z_grid)]}
+
+
+class _Helpers:
+    """triton_helpers functions a kernel calls, copied in as _kf_th_NAME with what they use in turn."""
+
+    def __init__(self) -> None:
+        self.done: dict[str, str] = {}
+
+    def rename(self, source: str) -> str:
+        for name in sorted(set(re.findall(r"\btriton_helpers\.(\w+)", source))):
+            self.add(name)
+        return re.sub(r"\btriton_helpers\.(\w+)", r"_kf_th_\1", source)
+
+    def add(self, name: str) -> None:
+        from torch._inductor.runtime import triton_helpers
+
+        if name in self.done:
+            return
+        value: Any = getattr(triton_helpers, name, None)
+        self.done[name] = ""  # before recursing: helpers may call each other
+        if hasattr(value, "fn") and callable(value.fn):  # a JITFunction
+            tree = ast.parse(textwrap.dedent(inspect.getsource(value.fn)))
+            fn = tree.body[0]
+            assert isinstance(fn, ast.FunctionDef)
+            fn.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+            fn.name = f"_kf_th_{name}"
+            local = {a.arg for a in ast.walk(fn) if isinstance(a, ast.arg)}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Name) and node.id not in local and hasattr(triton_helpers, node.id) \
+                        and node.id not in ("tl", "triton", "libdevice", "math"):
+                    self.add(node.id)
+                    node.id = f"_kf_th_{node.id}"
+                elif isinstance(node, ast.Name) and node.id == "math":
+                    node.id = "tl_math"
+            self.done[name] = ast.unparse(tree)
+        elif hasattr(value, "value") and isinstance(value.value, (int, float, bool)):  # a tl.constexpr
+            self.done[name] = f"_kf_th_{name} = tl.constexpr({value.value!r})"
+        elif isinstance(value, (int, float, bool)):
+            self.done[name] = f"_kf_th_{name} = tl.constexpr({value!r})"
+        else:
+            raise Unreadable(f"triton_helpers.{name} is not a Triton function or constant")
+
+
+def _kernel(name: str, source: str, helpers: _Helpers) -> dict[str, Any]:
+    module = ast.parse(source)
+    fns = [s for s in module.body if isinstance(s, ast.FunctionDef)]
+    if len(fns) != 1:
+        raise Unreadable(f"kernel {name}: {len(fns)} functions in its source, not one")
+    fn = fns[0]
+    calls = [d for d in fn.decorator_list if isinstance(d, ast.Call)
+             and ast.unparse(d.func).startswith("triton_heuristics.")]
+    if len(calls) != 1 or len(fn.decorator_list) != 2:
+        raise Unreadable(f"kernel {name}: decorators {[ast.unparse(d) for d in fn.decorator_list]} are not "
+                         "one triton_heuristics decorator and @triton.jit")
+    configs, triton_meta, inductor_meta = _configs(source, calls[0])
+    params = [a.arg for a in fn.args.args]
+    signature = triton_meta.get("signature", {})
+    set_by_configs = sorted({k for c in configs for k in c["kwargs"]})
+    if any(signature.get(k) != "constexpr" for k in set_by_configs):
+        raise Unreadable(f"kernel {name}: its configurations set {set_by_configs}, not all constexprs")
+    positional = params[:len(params) - len(set_by_configs)]
+    if sorted(params[len(positional):]) != set_by_configs:
+        raise Unreadable(f"kernel {name}: the parameters its configurations set ({set_by_configs}) are not last")
+    fixed = {"XBLOCK"} if inductor_meta.get("no_x_dim") else set()
+    tunable = [k for k in params[len(positional):] if k not in fixed]
+    meta = {k: (k if k in tunable else configs[0]["kwargs"][k]) for k in set_by_configs}
+    text = "@triton.jit\n" + "\n".join(source.splitlines()[fn.lineno - 1:fn.end_lineno])
+    return {"name": name, "source": helpers.rename(text), "positional": positional, "tunable": tunable,
+            "fixed": {k: v for k, v in configs[0]["kwargs"].items() if k not in tunable},
+            "configs": configs, "grid": _grid(inductor_meta, meta),
+            "extra_args": list(inductor_meta.get("extra_launcher_args", []))}
+
+
+def _extern(name: str, externs: dict[str, str]) -> str:
+    """extern_kernels.NAME as the candidate calls it: torch.NAME, or Inductor's Python wrapper copied in."""
+    import torch
+    from torch._inductor.select_algorithm import extern_kernels
+
+    fn = getattr(extern_kernels, name, None)
+    if fn is None:
+        raise Unreadable(f"extern_kernels.{name} is unknown")
+    if getattr(torch, name, None) is fn:
+        return f"torch.{name}"
+    if inspect.isfunction(fn) and fn.__module__.startswith("torch._inductor"):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        fn_def = tree.body[0]
+        assert isinstance(fn_def, ast.FunctionDef)
+        fn_def.decorator_list, fn_def.name = [], f"_kf_ext_{name}"
+        free = {n.id for n in ast.walk(fn_def) if isinstance(n, ast.Name)} - \
+            {a.arg for a in ast.walk(fn_def) if isinstance(a, ast.arg)} - \
+            {n.id for n in ast.walk(fn_def) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        if free - {"torch", "aten", "len", "isinstance", "int", "tuple", "list"}:
+            raise Unreadable(f"extern_kernels.{name} uses {sorted(free)}, not only torch")
+        externs[name] = ast.unparse(tree)
+        return f"_kf_ext_{name}"
+    raise Unreadable(f"extern_kernels.{name} is {fn!r}, neither a torch function nor a Python wrapper")
+
+
+class _Call(ast.NodeTransformer):
+    """The wrapper's call body as forward's statements (see the module docstring); `specialized` names the sizes
+    Dynamo traced as symbols that Inductor's code asserts as numbers (the code would run at this shape only)."""
+
+    def __init__(self, kernels: dict[str, int], externs: dict[str, str], inputs: dict[str, Input]):
+        self.kernels, self.externs, self.inputs = kernels, externs, inputs
+        self.specialized: list[str] = []
+        self.launches: list[dict[str, Any]] = []
+        self.ops: list[str] = []  # torch ops called outside kernels (aten.NAME), for the policy
+
+    def visit_With(self, node: ast.With) -> Any:  # device guards: the inputs' device is current
+        text = ast.unparse(node.items[0].context_expr)
+        if "DeviceGuard" not in text and "device(" not in text:
+            raise Unreadable(f"the wrapper enters {text}")
+        return [self.visit(s) for s in node.body]
+
+    def visit_Expr(self, node: ast.Expr) -> Any:
+        call = node.value
+        if isinstance(call, ast.Call):
+            func = ast.unparse(call.func)
+            if func in _DROPPED_CALLS or func in ("torch.cuda.set_device", "args.clear"):
+                if func == "assert_size_stride" and isinstance(call.args[0], ast.Name) and \
+                        call.args[0].id in self.inputs and isinstance(call.args[1], ast.Tuple):
+                    expr, _, traced = self.inputs[call.args[0].id]
+                    asserted = [ast.unparse(e) for e in call.args[1].elts]
+                    self.specialized += [f"{expr}.size()[{d}] to {a}" for d, (t, a) in enumerate(zip(traced, asserted, strict=False))
+                                         if not t.isdigit() and a.isdigit()]
+                return None
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "run" and \
+                    isinstance(call.func.value, ast.Name) and call.func.value.id in self.kernels:
+                if any(k.arg not in ("stream",) for k in call.keywords):
+                    raise Unreadable(f"a launch of {call.func.value.id} passes {[k.arg for k in call.keywords]}")
+                marker = len(self.launches)
+                self.launches.append({"kernel": self.kernels[call.func.value.id],
+                                      "args": [ast.unparse(self.visit(a)) for a in call.args]})
+                return ast.parse(f"_kf_launch_marker({marker})").body[0]
+        return self.generic_visit(node)
+
+    def visit_Assign(self, node: ast.Assign) -> Any:
+        if isinstance(node.value, ast.Call) and ast.unparse(node.value.func) == "get_raw_stream":
+            return None
+        return self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> Any:
+        self.generic_visit(node)
+        func = ast.unparse(node.func)
+        if re.fullmatch(r"empty_strided_\w+", func) and len(node.args) == 3:
+            size, stride, dtype = node.args
+            return ast.parse(f"torch.empty_strided({ast.unparse(size)}, {ast.unparse(stride)}, "
+                             f"dtype={ast.unparse(dtype)}, device=_kf_device)", mode="eval").body
+        if func == "reinterpret_tensor":
+            base, *rest = node.args
+            return ast.Call(ast.Attribute(base, "as_strided", ast.Load()), rest, node.keywords)
+        if func.startswith("extern_kernels."):
+            name = func.split(".", 1)[1]
+            self.ops.append(f"aten.{name}")
+            return ast.Call(ast.parse(_extern(name, self.externs), mode="eval").body, node.args, node.keywords)
+        if func.startswith(("aten.", "torch.ops.aten.")):
+            self.ops.append("aten." + func.removeprefix("torch.ops.").removeprefix("aten.").split(".")[0])
+        return node
+
+
+def read(code: str, inputs: list[Input], n_outputs: int) -> dict[str, Any]:
+    """The wrapper source as plain data: kernels, helpers, the forward's statements and launches."""
+    module = ast.parse(code)
+    kernels: list[dict[str, Any]] = []
+    helpers = _Helpers()
+    for stmt in module.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and \
+                ast.unparse(stmt.value.func).startswith("async_compile."):
+            kind = ast.unparse(stmt.value.func).split(".", 1)[1]
+            name = ast.unparse(stmt.targets[0])
+            if kind != "triton":
+                raise Unreadable(f"Inductor emitted a {kind} kernel ({name}), not Triton")
+            source = stmt.value.args[1]
+            assert isinstance(source, ast.Constant) and isinstance(source.value, str)
+            kernels.append(_kernel(name, source.value, helpers))
+    fns = [s for s in ast.walk(module) if isinstance(s, ast.FunctionDef) and s.name == "call"]
+    if len(fns) != 1:
+        raise Unreadable(f"{len(fns)} functions named call in the wrapper, not one")
+    body = fns[0].body
+    unpack = body[0]
+    if not (isinstance(unpack, ast.Assign) and ast.unparse(unpack.value) == "args"):
+        raise Unreadable(f"the wrapper's call starts with {ast.unparse(unpack)}, not the unpacking of args")
+    target = unpack.targets[0]
+    names = [ast.unparse(e) for e in target.elts] if isinstance(target, ast.Tuple) else [ast.unparse(target)]
+    if len(names) != len(inputs):
+        raise Unreadable(f"the wrapper's call takes {len(names)} inputs, Dynamo's graph {len(inputs)}")
+    ret = body[-1]
+    if not isinstance(ret, ast.Return) or ret.value is None:
+        raise Unreadable("the wrapper's call does not end with a return")
+    outputs = [ast.unparse(e) for e in ret.value.elts] if isinstance(ret.value, ast.Tuple) else []
+    if len(outputs) != n_outputs:
+        raise Unreadable(f"the wrapper's call returns {len(outputs)} values, Dynamo's graph {n_outputs}")
+    externs: dict[str, str] = {}
+    call = _Call({k["name"]: i for i, k in enumerate(kernels)}, externs, dict(zip(names, inputs, strict=True)))
+    stmts = [s for stmt in body[1:-1] for s in _flat(call.visit(stmt))]
+    if call.specialized:
+        raise Unreadable(f"Inductor specialized {', '.join(call.specialized)}: its code runs at this shape only")
+    lines = [ast.unparse(s) for s in stmts]
+    bound = set(names) | {k["name"] for k in kernels} | {f"_kf_ext_{n}" for n in externs} | \
+        {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    free = {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unknown = free - bound - _ALLOWED_NAMES - {"_kf_launch_marker"}
+    if unknown:
+        raise Unreadable(f"the wrapper's call uses {sorted(unknown)}, which this reader does not translate")
+    tensors = [n for n, (_, kind, _) in zip(names, inputs, strict=True) if kind in ("tensor", "contiguous")]
+    if not tensors:
+        raise Unreadable("the graph has no tensor input to take the device from")
+    prologue = [f"{n} = {expr}" + (".contiguous()" if kind == "contiguous" else "")
+                for n, (expr, kind, _) in zip(names, inputs, strict=True)]
+    prologue.append(f"_kf_device = {tensors[0]}.device")
+    from torch._inductor.runtime.triton_compat import libdevice, math
+
+    return {"kernels": kernels, "helpers": [h for h in helpers.done.values() if h], "externs": list(externs.values()),
+            "prologue": prologue, "body": lines, "launches": call.launches, "outputs": outputs,
+            "ops": sorted(set(call.ops)), "libdevice": libdevice.__name__, "tl_math": math.__name__}
+
+
+def _flat(node: Any) -> list[ast.stmt]:
+    if node is None:
+        return []
+    if isinstance(node, list):
+        return [s for n in node for s in _flat(n)]
+    return [node]
+
+
+def lower(req: dict[str, Any]) -> dict[str, Any]:
+    """{"lowered": ...} or {"unreadable": reason} for a request {problem_path, workload (params), device, knobs}."""
+    import torch
+    import triton
+
+    from kernelflow.stages.contracts import Workload
+    from kernelflow.stages.problems.kernelbench import import_problem, workload_call
+
+    device, knobs = req["device"], {**KNOBS, **req["knobs"]}
+    _configure(device, knobs)
+    module = import_problem(req["problem_path"])
+    workload = Workload(name="inductor", params=req["workload"])
+    init = workload_call(module, workload, "get_init_inputs", req["problem_path"])
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = module.Model(*init).eval()  # as the harness runs Model and ModelNew (stages/harness/instantiate.py)
+    inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device) if isinstance(x, torch.Tensor)
+              else x for x in workload_call(module, workload, "get_inputs", req["problem_path"], meta=True)]
+    code, graph_inputs, n_outputs = capture(model, inputs)
+    try:  # the output's structure (a tensor, a tuple or a list of them), from a run on meta tensors
+        with torch.device("meta"):
+            shape = module.Model(*init).eval()(*workload_call(module, workload, "get_inputs", req["problem_path"],
+                                                              meta=True))
+    except Exception as e:
+        raise Unreadable(f"forward does not run on meta tensors ({type(e).__name__}: {e})") from e
+    leaves = [shape] if isinstance(shape, torch.Tensor) else list(shape) if type(shape) in (tuple, list) else None
+    if leaves is None or not all(isinstance(t, torch.Tensor) for t in leaves):
+        raise Unreadable(f"forward returns {type(shape).__name__}, not a tensor or a tuple of tensors")
+    lowered = read(code, graph_inputs, n_outputs)
+    lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
+                   torch=torch.__version__, triton=triton.__version__, knobs=knobs)
+    return lowered
+
+
+def main(argv: list[str]) -> int:
+    """REQ RES: lower the request in REQ (JSON), write {"lowered": ...} or {"unreadable": reason} to RES; Inductor's
+    scratch files go to a temporary directory that ends with the process."""
+    import os
+    import tempfile
+
+    with open(argv[0]) as f:
+        req = json.load(f)
+    with tempfile.TemporaryDirectory(prefix="kf-inductor-") as scratch:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = scratch
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton")
+        try:
+            out: dict[str, Any] = {"lowered": lower(req)}
+        except Unreadable as e:
+            out = {"unreadable": str(e)}
+        except Exception as e:  # the reference's own error (its constructor, get_inputs): data, not a crash
+            out = {"unreadable": f"the reference fails before Inductor: {type(e).__name__}: {str(e)[:400]}"}
+    with open(argv[1], "w") as f:
+        json.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,208 @@
+"""Family `inductor`: torch.compile's code for the reference as a self-contained candidate. On the CPU Inductor writes
+Triton through its CPU backend, stopped before compiling; the rendered module verifies through the real verify
+stage in Triton's interpreter (held-out shape and census included), for kinds no other family takes. What Dynamo or
+Inductor cannot compile, and what the policy forbids, is a TemplateMismatch with the reason. The cuda path runs
+only where a GPU is (test_cuda_*): the same generation for the GPU, compiled and verified there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import Action, Candidate, GenerateRequest, Origin, Problem, VerifyRequest
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.problems.kernelbench import load_problem
+from kernelflow.stages.proposers import mutations
+from kernelflow.stages.templates import TEMPLATES, inductor
+from kernelflow.stages.templates.program import TemplateMismatch
+
+ROOT = Path(__file__).resolve().parents[3]
+FAMILY = TEMPLATES["inductor"]
+SOURCE = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch, mid, cols = 3, 6, 5
+{constants}
+
+class Model(nn.Module):
+    def __init__(self, {init_args}):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        {forward}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return [{init_inputs}]
+
+{extra}
+WORKLOADS = {{"gpu": [{gpu}], "cpu": [{cpu}]}}
+'''
+SMALL = "dict(batch=3, mid=6, cols=5), dict(batch=2, mid=9, cols=16)"
+GPU = "dict(batch=64, mid=512, cols=1024)"
+
+
+def problem(tmp_path: Path, name: str, forward: str, *, init: str = "pass", init_args: str = "", init_inputs: str = "",
+            inputs: str = "torch.randn(batch, mid, cols)", constants: str = "", extra: str = "", cpu: str = SMALL,
+            gpu: str = GPU) -> Problem:
+    path = tmp_path / f"{name}.py"
+    path.write_text(SOURCE.format(forward=forward, init=init, init_args=init_args, init_inputs=init_inputs,
+                                  inputs=inputs, constants=constants, extra=extra, cpu=cpu, gpu=gpu))
+    return load_problem(path)
+
+
+CONV = dict(init_args="cin, cout", init_inputs="cin, cout", constants="cin, cout, h, w = 3, 4, 6, 7",
+            init="self.conv = nn.Conv2d(cin, cout, 3, padding=1)", inputs="torch.randn(batch, cin, h, w)",
+            forward="return torch.relu(self.conv(x) + 0.5) * 2.0",
+            cpu="dict(batch=2, cin=3, cout=4, h=6, w=7)", gpu="dict(batch=32, cin=64, cout=128, h=64, w=64)")
+KINDS = {  # name: problem arguments; kinds the other families do not take
+    "softplus": dict(forward="return F.softplus(x)"),
+    "middle_dim_sum": dict(forward="return torch.sigmoid(x).sum(dim=1)"),
+    "masked_softmax": dict(forward="return torch.softmax(x.masked_fill(x < -1.0, float('-inf')) / 0.7, dim=1)"),
+    "conv_bias_relu": CONV,
+}
+
+
+def candidate(prob: Problem, params: dict, device: str = "cpu") -> Candidate:
+    plan = FAMILY.match(prob, None, device)
+    return Candidate.make(prob.id, "triton", FAMILY.render(plan, params),
+                          Origin(kind="builtin", proposer="inductor", params=params))
+
+
+def verified(prob: Problem, cand: Candidate, workdir: Path, device: str = "cpu") -> None:
+    """The real verify stage: every workload's trials, the held-out shape, the census against the policy."""
+    result = run_stage("verify", VerifyRequest(workdir=str(workdir), problem=prob, candidate=cand, device=device),
+                       "inline")
+    assert (result.status, result.trials_passed) == ("ok", 5 * len(prob.workloads("gpu" if device == "cuda" else
+                                                                                   "cpu"))), result.message
+    log = (workdir / result.files["verify_log"]).read_text()
+    assert "held-out" in log, log[-2000:]
+
+
+def test_softplus_renders_a_self_contained_module_that_verifies(tmp_path: Path) -> None:
+    prob = problem(tmp_path, "softplus", **KINDS["softplus"])
+    plan = FAMILY.match(prob, None, "cpu")
+    params = FAMILY.variants(plan)[0]
+    assert (params["torch"], params["triton"]) == (torch.__version__, triton.__version__)
+    source = FAMILY.render(plan, params)
+    assert "@triton.jit" in source and "_kf_launch(" in source
+    for absent in ("triton_heuristics", "torch._inductor", "torch._dynamo", "async_compile", "assert_size_stride"):
+        assert absent not in source, absent
+    verified(prob, Candidate.make(prob.id, "triton", source, Origin(kind="builtin", proposer="inductor",
+                                                                     params=params)), tmp_path / "verify")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_kinds_no_other_family_takes_verify(name: str, tmp_path: Path) -> None:
+    prob = problem(tmp_path, name, **KINDS[name])
+    variants = FAMILY.variants(FAMILY.match(prob, None, "cpu"))
+    verified(prob, candidate(prob, variants[0]), tmp_path / "verify0")
+    if len(variants) > 1:  # another of Inductor's launch configurations
+        verified(prob, candidate(prob, variants[1]), tmp_path / "verify1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", ["06_row_mean", "13_conv2d_bias_relu_scale", "18_scaled_bias_softmax"])
+def test_problems_verify(stem: str, tmp_path: Path) -> None:
+    prob = load_problem(ROOT / "problems" / f"{stem}.py")
+    verified(prob, candidate(prob, FAMILY.variants(FAMILY.match(prob, None, "cpu"))[0]), tmp_path / "verify")
+
+
+def test_launch_parameters_move_and_reach_the_launch(tmp_path: Path) -> None:
+    """Each kernel's block sizes and warps are parameters the mutations change one kernel at a time, and the
+    rendered launch uses them."""
+    prob = problem(tmp_path, "middle_dim_sum", **KINDS["middle_dim_sum"])
+    plan = FAMILY.match(prob, None, "cpu")
+    params = FAMILY.variants(plan)[0]
+    kernel = plan.lowered["kernels"][0]["name"]
+    assert f"{kernel}.XBLOCK" in params and f"{kernel}.num_warps" in params
+    moved = mutations.apply(Action(kind="increase_ilp", params={"kernel": kernel}), params)
+    assert moved and moved[0][f"{kernel}.XBLOCK"] == 2 * params[f"{kernel}.XBLOCK"]
+    assert f"XBLOCK = {moved[0][f'{kernel}.XBLOCK']}" in FAMILY.render(plan, moved[0])
+    assert any(p != params for p in mutations.explore(params))
+
+
+@pytest.mark.slow
+def test_a_regenerated_choice_verifies(tmp_path: Path) -> None:
+    """A variant with another of Inductor's choices (no split reductions) is generated when rendered."""
+    prob = problem(tmp_path, "middle_dim_sum", **KINDS["middle_dim_sum"])
+    plan = FAMILY.match(prob, None, "cpu")
+    flipped = next(p for p in FAMILY.variants(plan) if p["split_reductions"] != plan.knobs["split_reductions"])
+    verified(prob, candidate(prob, flipped), tmp_path / "verify")
+
+
+def test_policy_without_vendor_libraries_names_the_op(tmp_path: Path) -> None:
+    prob = problem(tmp_path, "conv_no_vendor", **{**CONV, "extra": "POLICY = dict(allow_vendor_libraries=False)"})
+    with pytest.raises(TemplateMismatch, match=r"aten\.convolution \(cuBLAS/cuDNN calls\).*policy forbids"):
+        FAMILY.match(prob, None, "cpu")
+
+
+@pytest.mark.parametrize("name,forward,reason", [
+    ("data_dependent", "return x * 2 if x.sum() > 0 else x - 1", "torch.compile cannot compile forward"),
+    ("returns_dict", "return {'y': x * 2}", "not a tensor or a tuple of tensors"),
+    ("raises", "raise ValueError('no')", "torch.compile cannot compile forward"),
+])
+def test_what_cannot_be_compiled_is_a_mismatch(tmp_path: Path, name: str, forward: str, reason: str) -> None:
+    prob = problem(tmp_path, name, forward=forward)
+    with pytest.raises(TemplateMismatch, match=reason):
+        FAMILY.match(prob, None, "cpu")
+
+
+def test_generation_is_kept_on_disk_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELFLOW_CACHE", str(tmp_path / "cache"))
+    inductor._memo.clear()  # this process's copies: only the disk is shared
+    prob = problem(tmp_path, "softplus", **KINDS["softplus"])
+    first = FAMILY.match(prob, None, "cpu")
+    kept = list((tmp_path / "cache" / "inductor").glob("*.json"))
+    assert len(kept) == 1 and "lowered" in json.loads(kept[0].read_text())
+    inductor._memo.clear()
+
+    def no_generation(*args: object) -> dict:
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(inductor, "_generate", no_generation)
+    assert FAMILY.match(prob, None, "cpu").lowered == first.lowered
+
+
+def test_the_builtin_proposer_offers_it_for_the_requests_device(tmp_path: Path) -> None:
+    """A problem no other family matches gets Inductor's candidates from the generate stage."""
+    prob = problem(tmp_path, "middle_dim_sum", **KINDS["middle_dim_sum"])
+    result = generate.run(GenerateRequest(problem=prob, n=2, device="cpu"))
+    assert [c.origin.proposer for c in result.candidates] == ["inductor", "inductor"], result.message
+    assert "XBLOCK" in result.candidates[0].source
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_cuda_kinds_generate_for_the_gpu_and_verify(name: str, tmp_path: Path) -> None:
+    prob = problem(tmp_path, name, **KINDS[name])
+    plan = FAMILY.match(prob, None, "cuda")
+    for params in FAMILY.variants(plan)[:2]:
+        cand = candidate(prob, params, "cuda")
+        assert "triton.knobs.runtime.interpret" in cand.source and "_kf_launch(" in cand.source
+        verified(prob, cand, tmp_path / f"verify-{cand.id}", "cuda")
+
+
+@cuda
+@pytest.mark.parametrize("stem", ["06_row_mean", "11_linear_bias_gelu", "13_conv2d_bias_relu_scale",
+                                  "18_scaled_bias_softmax", "21_cross_entropy"])
+def test_cuda_problems_verify(stem: str, tmp_path: Path) -> None:
+    prob = load_problem(ROOT / "problems" / f"{stem}.py")
+    verified(prob, candidate(prob, FAMILY.variants(FAMILY.match(prob, None, "cuda"))[0], "cuda"),
+             tmp_path / "verify", "cuda")
