@@ -191,7 +191,20 @@ def _run_note(candidate: Candidate, requires: list[str]) -> str:
              "cute": "Importing builds the CuTe extension with torch's load_inline on the CUTLASS headers (nvcc, a "
                      "CUDA build of torch, nvidia-cutlass); it runs on a GPU only.",
              "torch": "A plain-PyTorch candidate."}
-    return f"Requires {', '.join(requires) or 'nothing beyond the standard library'}. {notes[candidate.backend]}\n"
+    made = generated_with(candidate)
+    note = (f" Its kernels are torch.compile's (Inductor's) code as torch {made['torch']} with Triton {made['triton']} "
+            f"wrote them: run it with torch=={made['torch']} and triton=={made['triton']}." if made else "")
+    return (f"Requires {', '.join(requires) or 'nothing beyond the standard library'}. {notes[candidate.backend]}"
+            f"{note}\n")
+
+
+def generated_with(candidate: Candidate) -> dict[str, str] | None:
+    """The torch and Triton versions a generated kernel was written by (the inductor family records them in its
+    parameters), or None for a kernel no tool generated."""
+    params = candidate.origin.params
+    if isinstance(params.get("torch"), str) and isinstance(params.get("triton"), str):
+        return {"torch": params["torch"], "triton": params["triton"]}
+    return None
 
 
 class Sources(BaseModel):
@@ -255,6 +268,7 @@ def _manifest(src: Sources, choice: Choice, selected_from: str, custom_op: dict[
         if src.compiled else None,
         "code_version": src.code_version,
         "requires": _requires(src.candidate.source),
+        "generated_with": generated_with(src.candidate),
         "custom_op": custom_op,
         "files": files,
     }

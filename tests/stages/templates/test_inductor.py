@@ -13,6 +13,7 @@ import pytest
 import torch
 import triton
 
+from kernelflow import export
 from kernelflow.stages import generate
 from kernelflow.stages.contracts import Action, Candidate, GenerateRequest, Origin, Problem, VerifyRequest
 from kernelflow.stages.executors.run import run_stage
@@ -206,3 +207,12 @@ def test_cuda_problems_verify(stem: str, tmp_path: Path) -> None:
     prob = load_problem(ROOT / "problems" / f"{stem}.py")
     verified(prob, candidate(prob, FAMILY.variants(FAMILY.match(prob, None, "cuda"))[0], "cuda"),
              tmp_path / "verify", "cuda")
+
+
+def test_an_export_names_the_torch_it_was_generated_with() -> None:
+    made = Candidate.make("p", "triton", "x = 1\n", Origin(kind="builtin", proposer="inductor",
+                                                            params={"torch": "2.11.0+cu130", "triton": "3.6.0"}))
+    plain = Candidate.make("p", "triton", "x = 2\n", Origin(kind="builtin", proposer="rowwise", params={"BLOCK": 64}))
+    assert export.generated_with(made) == {"torch": "2.11.0+cu130", "triton": "3.6.0"}
+    assert "torch==2.11.0+cu130 and triton==3.6.0" in export._run_note(made, ["torch", "triton"])
+    assert export.generated_with(plain) is None and "torch==" not in export._run_note(plain, ["torch", "triton"])
