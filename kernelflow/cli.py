@@ -134,7 +134,8 @@ def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
         print("VERIFIED")
         return 0
     baselines = args.baselines.split(",") if args.baselines else defaults.baselines(device)
-    timed_result = steps.benchmark(problem, candidate, device, sizes, baselines)
+    timed_result = steps.benchmark(problem, candidate, device, sizes, baselines,
+                                   budget_s=defaults.timing_budget_s(device))
     index(store, problem.id, run_id)  # a run that timed the problem: `kernelflow export` considers it
     kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
     print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")

@@ -5,6 +5,9 @@ if "KERNELFLOW_CACHE" not in os.environ:  # measured GPU ceilings of this machin
     import tempfile
 
     os.environ["KERNELFLOW_CACHE"] = tempfile.mkdtemp(prefix="kf-cache-")
+# 1 s of timing per shape, not the CPU's 5: the tests check what a run does with its times, never how fast an
+# interpreted kernel is; a test of the budget rule itself sets or clears this
+os.environ.setdefault("KERNELFLOW_TIMING_BUDGET_S", "1")
 
 
 import pytest  # noqa: E402

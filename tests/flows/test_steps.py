@@ -8,11 +8,14 @@ import contextlib
 import json
 from pathlib import Path
 
+import pytest
+
 from kernelflow.artifacts.store import Store
 from kernelflow.flows import steps as steps_module
 from kernelflow.flows.recorder import Recorder
 from kernelflow.flows.steps import Steps
 from kernelflow.stages.contracts import Candidate, Origin
+from kernelflow.stages.errors import KernelflowError
 from kernelflow.stages.problems.kernelbench import load_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +50,10 @@ def test_the_steps_record_every_result_with_its_files_kept_as_blobs(tmp_path: Pa
     assert b"trial 0" in store.blob(json.loads(rows["verifications"].blobs.iloc[0])["verify_log"])
 
 
-def test_a_runs_timing_budget_bounds_every_benchmark_call_of_its_search() -> None:
-    """The run's timing budget (RunConfig.timing_budget_s, else 30 s on cuda and 5 s on cpu) caps each benchmark call's
-    budget per shape; a search's own rung may ask for less, never for more."""
+def test_a_runs_timing_budget_bounds_every_benchmark_call_of_its_search(monkeypatch) -> None:
+    """The run's timing budget (RunConfig.timing_budget_s, else KERNELFLOW_TIMING_BUDGET_S, else 30 s on cuda and 5 s
+    on cpu) caps each benchmark call's budget per shape; a search's own rung may ask for less, never for more."""
+    monkeypatch.delenv("KERNELFLOW_TIMING_BUDGET_S", raising=False)  # the suite's own (tests/conftest.py)
     from types import SimpleNamespace
 
     from kernelflow.flows.config import RunConfig
@@ -69,3 +73,12 @@ def test_a_runs_timing_budget_bounds_every_benchmark_call_of_its_search() -> Non
         run = SimpleNamespace(problem=PROBLEM, state=SearchState(PROBLEM, config), steps=SimpleNamespace(benchmark=benchmark))
         benchmark_step(run, CANDIDATE, **knobs)  # type: ignore[arg-type]
         assert asked[-1] == expect, (config, knobs)
+    monkeypatch.setenv("KERNELFLOW_TIMING_BUDGET_S", "0.5")
+    for config, expect in ((RunConfig(device="cuda"), 0.5), (RunConfig(device="cpu", timing_budget_s=1.5), 1.5)):
+        run = SimpleNamespace(problem=PROBLEM, state=SearchState(PROBLEM, config), steps=SimpleNamespace(benchmark=benchmark))
+        benchmark_step(run, CANDIDATE)  # type: ignore[arg-type]
+        assert asked[-1] == expect, config
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        monkeypatch.setenv("KERNELFLOW_TIMING_BUDGET_S", bad)
+        with pytest.raises(KernelflowError, match="KERNELFLOW_TIMING_BUDGET_S"):
+            SearchState(PROBLEM, RunConfig(device="cpu"))
