@@ -269,7 +269,7 @@ def builtin_seeds(run: Run, pending: list[Candidate]) -> list[Candidate]:
     if n <= 0:
         return []
     proposed = generate_task(GenerateRequest(problem=run.problem, n=n, proposer="builtin", backend=config.backend,
-                                             exclude_ids=[c.id for c in pending]))
+                                             device=run.state.device, exclude_ids=[c.id for c in pending]))
     families = ", ".join(c.origin.proposer for c in proposed.candidates)
     print(f"seeds: {len(proposed.candidates)} of the builtin proposer's ({families or proposed.message}) are "
           f"evaluated before the {config.proposer} proposer's first proposal")
