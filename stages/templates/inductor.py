@@ -106,8 +106,9 @@ def _generate(problem: Problem, device: Device, workload: Workload, knobs: dict[
         path = Path(tmp) / f"kf_problem_{problem.id.replace('-', '_')}.py"
         path.write_text(problem.source)
         req, res = Path(tmp) / "req.json", Path(tmp) / "res.json"
+        declared = {"gpu": [w.params for w in problem.gpu_workloads], "cpu": [w.params for w in problem.cpu_workloads]}
         req.write_text(json.dumps({"problem_path": str(path), "workload": workload.params, "device": device,
-                                   "knobs": knobs}))
+                                   "knobs": knobs, "workloads": declared}))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         try:
             done = subprocess.run([sys.executable, "-m", "kernelflow.stages.templates.inductor_output", str(req),
@@ -261,7 +262,8 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
     ret = {"tensor": outputs[0], "tuple": f"({', '.join(outputs)},)", "list": f"[{', '.join(outputs)}]"}[code["returns"]]
     forward = "\n".join("        " + line for line in body + [f"return {ret}"])
     model_new = f"class ModelNew(_Reference):\n    def forward({_signature(plan.problem.source)}):\n{forward}\n"
-    header = HEADER + f"import math\nimport {code['libdevice']} as libdevice\nimport {code['tl_math']} as tl_math\n"
+    header = HEADER + f"import math\nimport {code['libdevice']} as libdevice\nimport {code['tl_math']} as tl_math\n" \
+        "\naten = torch.ops.aten\n"
     interpreted = f"{interpreted_libdevice.SOURCE}\n\nif triton.knobs.runtime.interpret:  # CPU checks only\n" \
         "    libdevice = _KfInterpretedLibdevice()\n"
     note = (f"# Inductor's code (torch {code['torch']}, Triton {code['triton']}) for {plan.device}, "

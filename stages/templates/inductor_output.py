@@ -25,6 +25,8 @@ What is read from that source (Inductor 2.11 to 2.13; anything else is `Unreadab
   name, or (Inductor's own Python wrappers such as bias_addmm) the function's source copied in as `_kf_ext_NAME`;
   `aten.OP...(...)` stays; device guards, streams, set_device and size/alignment asserts are dropped (a tensor input
   contiguous at the workload is made contiguous); `return (a, b, )` gives the outputs.
+A size the code asserts as a number (Dynamo or Inductor specialized it) that another declared workload, or the
+held-out shape verify derives, changes is Unreadable: that code would run at this shape only.
 The result is plain data (JSON): the candidate module is written from it by stages/templates/inductor.py.
 """
 
@@ -38,7 +40,7 @@ import sys
 import textwrap
 from typing import Any
 
-FORMAT = 3  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 4  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -320,12 +322,12 @@ def _extern(name: str, externs: dict[str, str]) -> str:
 
 
 class _Call(ast.NodeTransformer):
-    """The wrapper's call body as forward's statements (see the module docstring); `specialized` names the sizes
-    Dynamo traced as symbols that Inductor's code asserts as numbers (the code would run at this shape only)."""
+    """The wrapper's call body as forward's statements (see the module docstring); `asserted` keeps the sizes the
+    code asserts for each graph input (a number there is a size the code holds fixed)."""
 
     def __init__(self, kernels: dict[str, int], externs: dict[str, str], inputs: dict[str, Input]):
         self.kernels, self.externs, self.inputs = kernels, externs, inputs
-        self.specialized: list[str] = []
+        self.asserted: dict[str, list[str]] = {}
         self.launches: list[dict[str, Any]] = []
         self.ops: list[str] = []  # torch ops called outside kernels (aten.NAME), for the policy
 
@@ -342,10 +344,8 @@ class _Call(ast.NodeTransformer):
             if func in _DROPPED_CALLS or func in ("torch.cuda.set_device", "args.clear"):
                 if func == "assert_size_stride" and isinstance(call.args[0], ast.Name) and \
                         call.args[0].id in self.inputs and isinstance(call.args[1], ast.Tuple):
-                    expr, _, traced = self.inputs[call.args[0].id]
-                    asserted = [ast.unparse(e) for e in call.args[1].elts]
-                    self.specialized += [f"{expr}.size()[{d}] to {a}" for d, (t, a) in enumerate(zip(traced, asserted, strict=False))
-                                         if not t.isdigit() and a.isdigit()]
+                    expr = self.inputs[call.args[0].id][0]
+                    self.asserted[expr] = [ast.unparse(e) for e in call.args[1].elts]
                 return None
             if isinstance(call.func, ast.Attribute) and call.func.attr == "run" and \
                     isinstance(call.func.value, ast.Name) and call.func.value.id in self.kernels:
@@ -416,8 +416,6 @@ def read(code: str, inputs: list[Input], n_outputs: int) -> dict[str, Any]:
     externs: dict[str, str] = {}
     call = _Call({k["name"]: i for i, k in enumerate(kernels)}, externs, dict(zip(names, inputs, strict=True)))
     stmts = [s for stmt in body[1:-1] for s in _flat(call.visit(stmt))]
-    if call.specialized:
-        raise Unreadable(f"Inductor specialized {', '.join(call.specialized)}: its code runs at this shape only")
     lines = [ast.unparse(s) for s in stmts]
     bound = set(names) | {k["name"] for k in kernels} | {f"_kf_ext_{n}" for n in externs} | \
         {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
@@ -435,7 +433,8 @@ def read(code: str, inputs: list[Input], n_outputs: int) -> dict[str, Any]:
 
     return {"kernels": kernels, "helpers": [h for h in helpers.done.values() if h], "externs": list(externs.values()),
             "prologue": prologue, "body": lines, "launches": call.launches, "outputs": outputs,
-            "ops": sorted(set(call.ops)), "libdevice": libdevice.__name__, "tl_math": math.__name__}
+            "ops": sorted(set(call.ops)), "libdevice": libdevice.__name__, "tl_math": math.__name__,
+            "asserted": call.asserted}
 
 
 def _flat(node: Any) -> list[ast.stmt]:
@@ -475,9 +474,45 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     if leaves is None or not all(isinstance(t, torch.Tensor) for t in leaves):
         raise Unreadable(f"forward returns {type(shape).__name__}, not a tensor or a tuple of tensors")
     lowered = read(code, graph_inputs, n_outputs)
+    _fixed_sizes(module, lowered["asserted"], req["problem_path"], req.get("workloads", {}))
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
                    torch=torch.__version__, triton=triton.__version__, knobs=knobs)
     return lowered
+
+
+def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, declared: dict[str, list[dict]]) -> None:
+    """Unreadable when the code holds a size fixed (Dynamo or Inductor specialized it: a LayerNorm's width, a conv's
+    channels) that another declared workload, or the held-out shape verify derives from them, changes: such code
+    runs at this shape only. Shapes come from the reference built on meta tensors at each of those workloads."""
+    import inspect as inspect_
+
+    import torch
+
+    from kernelflow.stages.contracts import Workload
+    from kernelflow.stages.problems.held_out import held_out
+    from kernelflow.stages.problems.kernelbench import size_constants, workload_call
+
+    sets = {k: [Workload(name=f"{k}{i}", params=p) for i, p in enumerate(ps)] for k, ps in declared.items()}
+    every = [w for ws in sets.values() for w in ws]
+    checks = list(every)
+    for ws in sets.values():
+        pair = held_out(ws, every, size_constants(module)) if ws else None
+        checks += [pair[1]] if pair else []
+    fixed = {expr: {d: int(a) for d, a in enumerate(sizes) if a.isdigit()} for expr, sizes in asserted.items()}
+    for w in checks:
+        try:
+            with torch.device("meta"):
+                model = module.Model(*workload_call(module, w, "get_init_inputs", where))
+            inputs = workload_call(module, w, "get_inputs", where, meta=True)
+            scope = {"self": model, **inspect_.signature(model.forward).bind(*inputs).arguments}
+        except Exception:  # the reference cannot be built on meta here: nothing to compare with
+            continue
+        for expr, dims in fixed.items():
+            shape = eval(expr, {}, scope).shape
+            for d, n in dims.items():
+                if d < len(shape) and shape[d] != n:
+                    raise Unreadable(f"Inductor's code holds {expr}.size()[{d}] at {n} (specialized), but workload "
+                                     f"{w.name} {w.params} has {shape[d]}: it would run at this shape only")
 
 
 def main(argv: list[str]) -> int:
