@@ -108,7 +108,8 @@ def _generate(problem: Problem, device: Device, workload: Workload, knobs: dict[
         req, res = Path(tmp) / "req.json", Path(tmp) / "res.json"
         declared = {"gpu": [w.params for w in problem.gpu_workloads], "cpu": [w.params for w in problem.cpu_workloads]}
         req.write_text(json.dumps({"problem_path": str(path), "workload": workload.params, "device": device,
-                                   "knobs": knobs, "workloads": declared}))
+                                   "knobs": knobs, "workloads": declared,
+                                   "sizes": "gpu" if device == "cuda" or not problem.cpu_workloads else "cpu"}))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         try:
             done = subprocess.run([sys.executable, "-m", "kernelflow.stages.templates.inductor_output", str(req),

@@ -26,7 +26,9 @@ What is read from that source (Inductor 2.11 to 2.13; anything else is `Unreadab
   `aten.OP...(...)` stays; device guards, streams, set_device and size/alignment asserts are dropped (a tensor input
   contiguous at the workload is made contiguous); `return (a, b, )` gives the outputs.
 A size the code asserts as a number (Dynamo or Inductor specialized it) that another declared workload, or the
-held-out shape verify derives, changes is Unreadable: that code would run at this shape only.
+held-out shape verify derives, changes is Unreadable: that code would run at this shape only; so is code that
+differs (launch configurations aside) when Inductor is run again at that held-out shape (a module constant such
+as a group count built in).
 The result is plain data (JSON): the candidate module is written from it by stages/templates/inductor.py.
 """
 
@@ -40,7 +42,7 @@ import sys
 import textwrap
 from typing import Any
 
-FORMAT = 4  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 6  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -475,6 +477,7 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
         raise Unreadable(f"forward returns {type(shape).__name__}, not a tensor or a tuple of tensors")
     lowered = read(code, graph_inputs, n_outputs)
     _fixed_sizes(module, lowered["asserted"], req["problem_path"], req.get("workloads", {}))
+    _same_code_elsewhere(module, lowered, req, device)
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
                    torch=torch.__version__, triton=triton.__version__, knobs=knobs)
     return lowered
@@ -513,6 +516,45 @@ def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, declar
                 if d < len(shape) and shape[d] != n:
                     raise Unreadable(f"Inductor's code holds {expr}.size()[{d}] at {n} (specialized), but workload "
                                      f"{w.name} {w.params} has {shape[d]}: it would run at this shape only")
+
+
+_SHAPE_FREE = ("kernels", "prologue", "body", "launches", "outputs", "externs", "helpers")
+
+
+def _same_code_elsewhere(module: Any, lowered: dict[str, Any], req: dict[str, Any], device: str) -> None:
+    """Unreadable when Inductor writes other code at the held-out shape verify derives from this workload's set than
+    here (launch configurations aside): a constant of the module (a group count, a width) that the workloads change
+    was built into the code, which would then run at this shape only."""
+    import torch
+
+    from kernelflow.stages.contracts import Workload
+    from kernelflow.stages.problems.held_out import held_out
+    from kernelflow.stages.problems.kernelbench import size_constants, workload_call
+
+    declared = req.get("workloads", {})
+    every = [Workload(name=f"{k}{i}", params=p) for k, ps in declared.items() for i, p in enumerate(ps)]
+    mine = [w for w in every if w.name.startswith(req.get("sizes", "cpu"))]
+    pair = held_out(mine, every, size_constants(module)) if mine else None
+    if pair is None:
+        return
+    other = pair[1]
+    torch._dynamo.reset()
+    init = workload_call(module, other, "get_init_inputs", req["problem_path"])
+    with torch.device(device):
+        model = module.Model(*init).eval()
+    inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device) if isinstance(x, torch.Tensor)
+              else x for x in workload_call(module, other, "get_inputs", req["problem_path"], meta=True)]
+    try:
+        there = read(*capture(model, inputs))
+    except Unreadable as e:
+        raise Unreadable(f"at the held-out shape {other.params}: {e}") from e
+    def shape_free(code: dict[str, Any], key: str) -> Any:
+        return [{**k, "configs": None} for k in code[key]] if key == "kernels" else code[key]
+
+    differ = [k for k in _SHAPE_FREE if shape_free(there, k) != shape_free(lowered, k)]
+    if differ:
+        raise Unreadable(f"Inductor writes other code ({', '.join(differ)}) at the held-out shape {other.params} than "
+                         f"at {req['workload']}: a constant of the workload is built in, it would run at one shape only")
 
 
 def main(argv: list[str]) -> int:

@@ -108,7 +108,7 @@ def test_the_cli_prints_a_line_per_problem_and_per_folder_never_a_traceback(tmp_
     write(folder, "b_breaks_tracer.py", BREAKS_TRACER)
     assert main(["problems", "coverage", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert f"ok      {folder / 'a_softmax.py'}: rowwise" in out and "Traceback" not in out
+    assert f"ok      {folder / 'a_softmax.py'}: rowwise, inductor" in out and "Traceback" not in out
     assert f"none    {folder / 'b_breaks_tracer.py'}: no family matches\n" in out
     assert "          matmul: tracing the reference failed: RuntimeError" in out  # refusals of the unmatched
     assert "          matmul: no matmul" not in out  # a matched problem's refusals only with --all-reasons

@@ -22,6 +22,9 @@ from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
 
 PROBLEMS = sorted(Path(__file__).resolve().parents[3].glob("problems/*.py"))
+# Problems no family takes (the inductor family takes what torch.compile compiles at every workload's shape): the
+# group count of 24 changes between its workloads and Inductor builds it into the code.
+UNCOVERED = {"24_conv2d_groupnorm_silu"}
 COVERED = {"01_softmax", "02_log_softmax", "03_layernorm", "04_rmsnorm", "05_gelu_tanh", "06_row_mean", "07_row_max",
            "08_matmul_fp32", "09_silu", "10_matmul_bf16", "11_linear_bias_gelu", "12_matmul_scale_residual",
            "13_conv2d_bias_relu_scale", "14_residual_layernorm", "15_add_rmsnorm", "16_swiglu_bf16",
@@ -53,7 +56,7 @@ def assert_matches(candidate: Candidate, path: Path, workdir: Path) -> None:
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
 def test_every_proposed_variant_matches_the_reference(path: Path, tmp_path: Path) -> None:
     result = generate.run(GenerateRequest(problem=load_problem(path), n=3))
-    assert bool(result.candidates) == (path.stem in COVERED), result.message
+    assert bool(result.candidates) == (path.stem not in UNCOVERED), result.message
     for candidate in result.candidates:
         assert_matches(candidate, path, tmp_path)
 
@@ -275,7 +278,8 @@ def test_unmatched_problem_gets_no_candidate_and_every_familys_reason() -> None:
     assert "matmul: no matmul" in result.message and "library_epilogue: no matmul" in result.message
 
 
-def test_exclusion_seed_and_parent() -> None:
+def test_exclusion_seed_and_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(TEMPLATES, "inductor")  # the elementwise family's variants alone
     problem = load_problem(next(p for p in PROBLEMS if p.stem == "09_silu"))
     first = generate.run(GenerateRequest(problem=problem, n=3)).candidates
     assert [c.id for c in generate.run(GenerateRequest(problem=problem, n=3)).candidates] == [c.id for c in first]
