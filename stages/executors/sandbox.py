@@ -26,21 +26,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
-import getpass
 import glob
 import json
 import math
 import os
-import re
 import resource
 import shutil
 import signal
-import site
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -48,6 +44,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from kernelflow.stages import caches
 from kernelflow.stages.contracts import Contract, StageRequest
 from kernelflow.stages.entry import INFRA_EXIT
 from kernelflow.stages.errors import InfrastructureError
@@ -151,7 +148,7 @@ def plan(sandbox: Sandbox, stage: str, request: StageRequest, env: dict[str, str
     for fresh in (temp, home):
         shutil.rmtree(fresh, ignore_errors=True)
         fresh.mkdir(mode=0o700, parents=True)
-    env = env | dict.fromkeys(("TMPDIR", "TMP", "TEMP"), str(temp)) | caches(env) | {"HOME": str(home)}
+    env = env | dict.fromkeys(("TMPDIR", "TMP", "TEMP"), str(temp)) | caches.named(env) | {"HOME": str(home)}
     record = {"environment": "applied: " + (f"withheld {', '.join(sorted(withheld))}" if withheld else
                                             "no secret-named variable was set"),
               "temp_dir": f"applied: {temp} (TMPDIR, TMP, TEMP; removed after the call)",
@@ -168,17 +165,6 @@ def plan(sandbox: Sandbox, stage: str, request: StageRequest, env: dict[str, str
                 record | notes)
 
 
-def caches(env: dict[str, str]) -> dict[str, str]:
-    """The compile caches at the places they have under the caller's home, named so that a stage process with a
-    home of its own still finds them warm."""
-    home = os.path.expanduser("~")
-    return {"TRITON_HOME": env.get("TRITON_HOME", home),
-            "CUDA_CACHE_PATH": env.get("CUDA_CACHE_PATH", os.path.join(home, ".nv", "ComputeCache")),
-            "TORCHINDUCTOR_CACHE_DIR": env.get("TORCHINDUCTOR_CACHE_DIR", _inductor_cache()),
-            "TORCH_EXTENSIONS_DIR": env.get("TORCH_EXTENSIONS_DIR", os.path.join(home, ".cache", "torch_extensions")),
-            "PYTHONUSERBASE": env.get("PYTHONUSERBASE", site.getuserbase())}
-
-
 def _files(sandbox: Sandbox, work: Path, env: dict[str, str], device: str | None) -> tuple[tuple[str, ...] | None, str]:
     """(the places a stage process may change, or None; the record's words). A request on the GPU may also write
     beneath /proc: the CUDA driver does when it starts, and fails with error 304 where it cannot."""
@@ -190,10 +176,7 @@ def _files(sandbox: Sandbox, work: Path, env: dict[str, str], device: str | None
             raise InfrastructureError(f"the sandbox must confine writes (file_isolation='required') and cannot here: "
                                       f"{why}")
         return None, f"not applied: {why}; writes outside the work dir are only detected (stages/harness/audit.py)"
-    places = [str(work), "/dev", os.path.join(env["TRITON_HOME"], ".triton"), env["CUDA_CACHE_PATH"],
-              env["TORCHINDUCTOR_CACHE_DIR"], env["TORCH_EXTENSIONS_DIR"]]
-    places += [env[k] for k in ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR") if env.get(k)]
-    places += ["/proc"] if device == "cuda" else []
+    places = [str(work), "/dev", *caches.writable(env)] + (["/proc"] if device == "cuda" else [])
     for place in places[2:]:
         with contextlib.suppress(OSError):  # a cache that cannot be made here is not writable there either
             os.makedirs(place, exist_ok=True)
@@ -281,11 +264,6 @@ def descendants(pid: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
-
-
-def _inductor_cache() -> str:
-    """torch.compile's cache directory as torch computes it by default (in the temp dir, named after the user)."""
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", getpass.getuser()))
 
 
 def isolate_network(uid: int, gid: int) -> None:

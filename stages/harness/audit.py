@@ -39,6 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from kernelflow.stages import caches
 from kernelflow.stages.harness.static_checks import SECRET_FILES
 
 # the names stages/executors/run.py keeps out of a stage's environment
@@ -89,12 +90,7 @@ class Watch:
 
     def __init__(self, workdir: str | Path):
         self.workdir = os.path.realpath(workdir)
-        triton = os.environ.get("TRITON_HOME") or os.path.expanduser("~")
-        self.allowed = [self.workdir, os.path.realpath(os.path.join(triton, ".triton")), os.path.realpath(
-            os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions"))]
-        self.allowed += [os.path.realpath(os.environ[k]) for k in ("TRITON_CACHE_DIR", "TRITON_DUMP_DIR",
-                                                                     "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR")
-                         if os.environ.get(k)]
+        self.allowed = [self.workdir, *(os.path.realpath(place) for place in caches.writable(os.environ))]
         self.temp = os.path.realpath(tempfile.gettempdir())
         self.attempts: list[str] = []
         self.born: set[int] = set()  # threads started while active: the candidate's, whatever they do later

@@ -20,7 +20,7 @@ kernels the code launched (stages/harness/launches.py) for the caller's launch c
 code (stages/phase.py): a stage process that ends inside it is said to have been ended by the candidate, during it.
 
 All of this is in-process and best effort against code that can read the guard's own memory; it raises the cost of
-cheating and records the attempt. Isolation is the executor's (its own process, and later a sandbox).
+cheating and records the attempt. Isolation is the executor's: its own process in a sandbox (docs/INTEGRITY.md says what each executor prevents).
 """
 
 from __future__ import annotations
