@@ -179,11 +179,11 @@ def test_generation_is_kept_on_disk_and_reused(tmp_path: Path, monkeypatch: pyte
 
 
 def test_the_builtin_proposer_offers_it_for_the_requests_device(tmp_path: Path) -> None:
-    """A problem no other family matches gets Inductor's candidates from the generate stage."""
+    """The generate stage's candidates include Inductor's, taking turns with the other families'."""
     prob = problem(tmp_path, "middle_dim_sum", **KINDS["middle_dim_sum"])
-    result = generate.run(GenerateRequest(problem=prob, n=2, device="cpu"))
-    assert [c.origin.proposer for c in result.candidates] == ["inductor", "inductor"], result.message
-    assert "XBLOCK" in result.candidates[0].source
+    result = generate.run(GenerateRequest(problem=prob, n=4, device="cpu"))
+    made = [c for c in result.candidates if c.origin.proposer == "inductor"]
+    assert made and "XBLOCK" in made[0].source, result.message
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
