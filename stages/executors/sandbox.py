@@ -49,10 +49,10 @@ from kernelflow.stages.contracts import Contract, StageRequest
 from kernelflow.stages.entry import INFRA_EXIT
 from kernelflow.stages.errors import InfrastructureError
 from kernelflow.stages.executors import landlock
+from kernelflow.stages.lifetime import die_with_parent
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
-PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 CPU_GRACE_S = 5  # from SIGXCPU (the soft limit) to SIGKILL (the hard one), for a process that ignores SIGXCPU
 _libc = ctypes.CDLL(None, use_errno=True)  # loaded here, not in a forked child: os.unshare is Python 3.12+
@@ -121,9 +121,7 @@ class Plan:
             landlock.restrict_writes(self.writable, self.landlock_abi)
         # dies with the process that started it: a flow killed mid-call leaves no stage process timing on, writing
         # into the work dir a resumed run reuses, or holding the GPU outside its lock
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != self.parent:  # the parent died before the line above
-            os._exit(INFRA_EXIT)
+        die_with_parent(self.parent, INFRA_EXIT)
 
     def verdict(self, signum: int) -> tuple[str, str] | None:
         """(failure kind, why) for a stage process killed by one of the sandbox's limits, else None."""

@@ -46,6 +46,7 @@ from typing import Any
 
 from kernelflow.stages.contracts import Device, Policy, Problem, Workload
 from kernelflow.stages.harness.library_policy import forbidden, op_class
+from kernelflow.stages.lifetime import die_with_parent
 from kernelflow.stages.templates import interpreted_libdevice, launch
 from kernelflow.stages.templates.inductor_output import FORMAT, KNOBS
 from kernelflow.stages.templates.program import TemplateMismatch
@@ -112,8 +113,10 @@ def _generate(problem: Problem, device: Device, workload: Workload, knobs: dict[
                                    "sizes": "gpu" if device == "cuda" or not problem.cpu_workloads else "cpu"}))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         try:
+            parent = os.getpid()
             done = subprocess.run([sys.executable, "-m", "kernelflow.stages.templates.inductor_output", str(req),
-                                   str(res)], env=env, capture_output=True, text=True, timeout=LOWER_S)
+                                   str(res)], env=env, capture_output=True, text=True, timeout=LOWER_S,
+                                  preexec_fn=lambda: die_with_parent(parent))
         except subprocess.TimeoutExpired:
             return {"unreadable": f"Inductor did not finish within {LOWER_S} s", "transient": True}
         if done.returncode != 0 or not res.exists():
