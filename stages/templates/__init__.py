@@ -16,10 +16,12 @@ from kernelflow.stages.templates import (
     library_epilogue,
     loss,
     matmul,
+    pooling,
     rowwise,
     scan,
 )
 
 TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise,
                                     "library_epilogue": library_epilogue, "matmul": matmul,
-                                    "scan": scan, "loss": loss, "attention": attention, "inductor": inductor}
+                                    "scan": scan, "loss": loss, "attention": attention, "inductor": inductor,
+                                    "pooling": pooling}

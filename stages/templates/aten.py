@@ -108,6 +108,9 @@ def trace_aten(model: nn.Module, inputs: list[Any], arg_names: tuple[str, ...]) 
         with LOCK, fx_config.patch(use_duck_shape=False):  # type: ignore[attr-defined]
             graph = make_fx(forward, decomposition_table=decompositions(), tracing_mode="symbolic")(state, *inputs)
     except Exception as e:  # data-dependent control flow, ops without a meta kernel, ...
+        if "convert all Tensors to FakeTensors" in str(e):
+            raise TemplateMismatch("forward reads a tensor attribute that is neither a parameter nor a buffer "
+                                   "(the templates read only forward's inputs, parameters and buffers)") from e
         raise TemplateMismatch(f"torch cannot trace forward to ATen ops: {type(e).__name__}: {str(e)[:300]}") from e
     names = _placeholders(graph, list(state), arg_names)
     binds, dims = _sizes(names)

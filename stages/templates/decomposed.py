@@ -10,6 +10,7 @@ What is not lowered is named: the ATen op and why.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from typing import Any
@@ -35,7 +36,7 @@ from kernelflow.stages.templates.program import (
 from kernelflow.stages.templates.space import Layout, Space
 
 _VIEWS = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "permute", "expand", "alias", "clone",
-          "contiguous", "lift_fresh_copy", "_to_copy", "convert_element_type"}
+          "contiguous", "lift_fresh_copy", "_to_copy", "convert_element_type", "slice", "repeat"}
 _REDUCTIONS: dict[str, Reduction] = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min", "max": "max",
                                      "min": "min", "argmax": "argmax"}
 _SCANS: dict[str, Scan] = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
@@ -51,6 +52,15 @@ _WHY = {  # ops no family lowers, by what they are
     "sort": "a sort: no family lowers it", "topk": "a top-k: no family lowers it",
 }
 _POOLS = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "_adaptive_avg_pool")
+
+
+def output_node(aten: AtenGraph) -> torch.fx.Node:
+    """The one tensor forward returns."""
+    output = next(n for n in aten.graph.graph.nodes if n.op == "output")
+    results = [r for r in torch.utils._pytree.tree_leaves(output.args[0]) if r is not None]
+    if len(results) != 1 or not isinstance(results[0], torch.fx.Node):
+        raise TemplateMismatch("forward returns more than one tensor")
+    return results[0]
 
 
 def _name(node: torch.fx.Node) -> str:
@@ -107,9 +117,14 @@ def render_size(expr: sympy.Expr) -> str:
 class Decomposed:
     """Walks the ATen graph in order, appending lines; one instance per lowering."""
 
-    def __init__(self, aten: AtenGraph, model: nn.Module, scans: bool = False):
+    def __init__(self, aten: AtenGraph, model: nn.Module, scans: bool = False,
+                 virtual: dict[torch.fx.Node, str] | None = None,
+                 shapes: dict[torch.fx.Node, list[tuple[sympy.Expr, int]]] | None = None):
         self.aten = aten
         self.scans = scans
+        self.virtual = virtual or {}  # nodes a family computes itself: an elem line of that expression
+        self.virtual_layouts: list[Layout] = []
+        self.shapes = shapes or {}  # a virtual node's sizes as the family computes them (symbols it binds itself)
         self.space = Space(self._simplify)
         self.lines: list[Line] = []
         self.values: dict[torch.fx.Node, Any] = {}
@@ -192,12 +207,28 @@ class Decomposed:
         axes = self.space.flat(tuple(layout[d] for d in dims))
         if x.kind != "elem":
             raise TemplateMismatch(f"{node.name}: a reduction of a reduced value")
+        self.same_row(node, axes, "reduces")
+        return self.emit("row", (x,), reduce=how)
+
+    def same_row(self, node: torch.fx.Node, axes: tuple[int, ...], verb: str) -> None:
+        """Every reduction and scan of a program runs over one set of axes (the row). Two runs over axes not yet
+        related (sums of two inputs that never meet) become the same loop, which any two runs of equal size may."""
         if self.reduced is None:
             self.reduced = axes
-        elif {self.space.find(a) for a in self.space.flat((self.reduced,))} != {self.space.find(a) for a in axes}:
-            raise TemplateMismatch(f"{node.name} reduces over other dims than an earlier reduction; one program "
+            return
+        space = self.space
+        before = space.flat((self.reduced,))
+        if {space.find(a) for a in before} != {space.find(a) for a in axes} and space.numel(before) == space.numel(axes):
+            space.loose = True
+            try:
+                space.unify(before, axes)
+            except TemplateMismatch:
+                pass
+            finally:
+                space.loose = False
+        if {space.find(a) for a in space.flat((self.reduced,))} != {space.find(a) for a in space.flat(((*axes,),))}:
+            raise TemplateMismatch(f"{node.name} {verb} over other dims than an earlier reduction or scan; one program "
                                    "reduces one set of dims")
-        return self.emit("row", (x,), reduce=how)
 
     @staticmethod
     def reduced_layout(layout: Layout, dims: Any, keepdim: bool) -> Layout:
@@ -208,29 +239,34 @@ class Decomposed:
 
     # nodes
 
-    def run(self) -> Program:
-        output = next(n for n in self.aten.graph.graph.nodes if n.op == "output")
-        results = [r for r in torch.utils._pytree.tree_leaves(output.args[0]) if r is not None]
-        if len(results) != 1 or not isinstance(results[0], torch.fx.Node):
-            raise TemplateMismatch("forward returns more than one tensor")
-        needed = self._needed(results[0])
+    def run(self, result: torch.fx.Node | None = None) -> Program:
+        """The program computing `result` (default: what forward returns)."""
+        returned = result is None
+        if result is None:
+            result = output_node(self.aten)
+        needed = self._needed(result)
         for node in self.aten.graph.graph.nodes:
             if node in needed:
                 self.values[node] = self.lower_node(node)
-        return self._program(results[0])
+        return self._program(result, returned)
 
-    @staticmethod
-    def _needed(result: torch.fx.Node) -> set[torch.fx.Node]:
+    def _needed(self, result: torch.fx.Node) -> set[torch.fx.Node]:
         needed, stack = set(), [result]
         while stack:
             node = stack.pop()
             if node not in needed:
                 needed.add(node)
-                stack.extend(node.all_input_nodes)
+                if node not in self.virtual:
+                    stack.extend(node.all_input_nodes)
         return needed
 
     def lower_node(self, node: torch.fx.Node) -> Any:
         val = node.meta.get("val")
+        if node in self.virtual:
+            shape = self.shapes.get(node) or self.shape(node)
+            layout = tuple((self.space.new(e, h),) if h != 1 else () for e, h in shape)
+            self.virtual_layouts.append(layout)
+            return self.emit("elem", expr=self.virtual[node]), layout
         if node.op == "placeholder":
             if not isinstance(val, torch.Tensor):
                 return None  # a number forward takes; used only as a size
@@ -240,6 +276,8 @@ class Decomposed:
             return self.emit("elem", load=len(self.operands) - 1), layout
         if node.op != "call_function":
             raise TemplateMismatch(f"unsupported node {node.format_node()}")
+        if isinstance(val, torch.Tensor) and val.dtype == torch.float64:
+            raise TemplateMismatch(f"{node.name} computes in float64; the kernels compute in float32")
         if isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
             return None  # size arithmetic: its uses are views, which read the node's own shape
         name = _name(node)
@@ -257,6 +295,8 @@ class Decomposed:
             return self._scan(node, name)
         if name in aten_ops.OPS:
             return self._pointwise(node, name)
+        if name in ("_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_max_pool2d", "adaptive_max_pool3d"):
+            return self._global_pool(node, name)
         if any(name.startswith(p) for p in _POOLS):
             raise TemplateMismatch(f"aten.{name}: a window reduction (the pooling family's job)")
         raise TemplateMismatch(f"aten.{name}: {_WHY.get(name, 'no family lowers it')}")
@@ -293,6 +333,24 @@ class Decomposed:
             dtype = _bind(node).get("dtype")
             expr = aten_ops.build(name, {"a": value.text, "self": value.text}, {"dtype": dtype})
             return (self.pointwise(expr, [value]) if expr != value.text else value), layout
+        if name == "slice":
+            bound = _bind(node)
+            size = self.shape(source)[bound["dim"] % len(layout)][1]
+            end = bound.get("end")
+            whole = bound.get("start") in (None, 0) and bound.get("step", 1) == 1 and (
+                end is None or (isinstance(end, int) and end >= size))
+            if not whole:
+                raise TemplateMismatch(f"aten.slice: {_WHY['slice']}")
+            return value, layout
+        if name == "repeat":  # each repeated dim gains an outer axis along which the value does not vary
+            repeats = [r.meta["val"] if isinstance(r, torch.fx.Node) else r for r in _bind(node)["repeats"]]
+            pad = len(repeats) - len(layout)
+            out = []
+            for i, r in enumerate(repeats):
+                expr, hint = self._expr(r)
+                src = layout[i - pad] if i >= pad else ()
+                out.append(src if hint == 1 else (self.space.new(expr, hint), *src))
+            return value, tuple(out)
         if name == "permute":
             order: list[int] = list(_bind(node)["dims"])
             return value, tuple(layout[d % len(layout)] for d in order)
@@ -344,6 +402,20 @@ class Decomposed:
             return [(result, out), indices]
         return result, out
 
+    def _global_pool(self, node: torch.fx.Node, name: str) -> Any:
+        """An adaptive pool to size 1 is a mean (a maximum) over the spatial dims; other sizes are windows."""
+        bound = _bind(node)
+        sizes = list(bound["output_size"])
+        if any(size != 1 for size in sizes):
+            raise TemplateMismatch(f"aten.{name}: a window reduction (the pooling family's job)")
+        x, layout = self.tensor(bound["self"])
+        dims = list(range(len(layout) - len(sizes), len(layout)))
+        out = self.reduced_layout(layout, dims, True)
+        if name.startswith("_adaptive_avg"):
+            total = self.reduce(node, "sum", x, layout, dims)
+            return self.pointwise(f"{total.text} / D", [total]), out
+        return [(self.reduce(node, "max", x, layout, dims), out), None]
+
     def _scan(self, node: torch.fx.Node, name: str) -> Any:
         if not self.scans:
             raise TemplateMismatch(f"aten.{name}: a scan along a dim, neither pointwise nor a reduction "
@@ -355,23 +427,20 @@ class Decomposed:
         if x.kind != "elem":
             raise TemplateMismatch(f"aten.{name} of a reduced value")
         dim = bound["dim"] % max(len(layout), 1)
-        axes = self.space.flat((layout[dim],))
-        if self.reduced is not None and set(map(self.space.find, self.space.flat((self.reduced,)))) != set(axes):
-            raise TemplateMismatch(f"{node.name} scans along another dim than an earlier scan")
-        self.reduced = axes
+        self.same_row(node, self.space.flat((layout[dim],)), "scans")
         line = (self.emit("elem", (x,), scan=_SCANS[name]), layout)
         return [line, None] if name in ("cummax", "cummin") else line
 
     # the program
 
-    def _program(self, result: torch.fx.Node) -> Program:
+    def _program(self, result: torch.fx.Node, returned: bool) -> Program:
         out, layout = self.tensor(result)
         if out.kind == "scalar":
             raise TemplateMismatch("the output is a constant")
-        if any(ln.name == out.text and ln.load is not None for ln in self.lines):
+        if returned and any(ln.name == out.text and ln.load is not None for ln in self.lines):
             raise TemplateMismatch("forward returns an input unchanged")
         space = self.space
-        tensors = [lay for _, lay in self.operands] + [layout]
+        tensors = [lay for _, lay in self.operands] + self.virtual_layouts + [layout]
         full = max(tensors, key=lambda lay: space.numel(space.flat(lay)))
         canon = [space.find(a) for a in space.flat(full)]
         reduced = {space.find(a) for a in space.flat((self.reduced,))} if self.reduced else set()
@@ -380,6 +449,8 @@ class Decomposed:
             raise TemplateMismatch("no tensor of forward spans the whole index space (an outer product)")
         if len(set(canon)) != len(canon) or any(len(set(a)) != len(a) for a in axes_of):
             raise TemplateMismatch("a tensor spans one axis twice (a diagonal)")
+        if reduced:
+            out = self._per_row(out, reduced, axes_of)
         if out.kind == "row" and (set(axes_of[-1]) & reduced):
             raise TemplateMismatch("the output spans the reduced dims")
         if out.kind == "elem" and reduced and set(axes_of[-1]) != set(canon):
@@ -394,22 +465,45 @@ class Decomposed:
 
         sizes = [sympy.Mul(*(space.size[a] for a in group)) for group in groups]
         out_shape = [sympy.Mul(*(space.size[space.find(a)] for a in space.flat((dim,)))) for dim in layout]
-        binds = self._binds([*sizes, *out_shape])
-        if not self.operands:
+        assumed = [e for pair in space.assumed for e in pair]
+        binds = self._binds([*sizes, *out_shape, *assumed]) + tuple(
+            f"assert {render_size(a)} == {render_size(b)}, 'inputs reduced together differ in size'"
+            for a, b in space.assumed)
+        if not self.operands and not self.virtual:
             raise TemplateMismatch("forward reads no tensor")
-        biggest = max(range(len(self.operands)), key=lambda i: space.numel(space.flat(self.operands[i][1])))
+        biggest = max(range(len(self.operands)), key=lambda i: space.numel(space.flat(self.operands[i][1])), default=0)
         text = ", ".join(render_size(e) for e in out_shape)
         helpers = sorted({h for ln in self.lines for h in aten_ops.helpers_of(ln.expr)})
         return Program(
             args=self.aten.args,
             operands=tuple(Operand(expr=expr, broadcast=merged(axes) != tuple(range(len(groups))), axes=merged(axes))
                            for (expr, _), axes in zip(self.operands, axes_of, strict=False)),
+            virtual=tuple(merged(axes) for axes in axes_of[len(self.operands):-1]),
             full=biggest, scalars=tuple(self.scalars), helpers=tuple(helpers), lines=tuple(self.lines),
             output=out.text, out_kind="elem" if out.kind == "elem" else "row",
             out_keepdim=False, out_dtype=str(result.meta["val"].dtype),
             sizes=tuple(render_size(s) for s in sizes), binds=binds,
             reduced=tuple(sorted({index[a] for a in reduced})), out_axes=merged(axes_of[-1]),
-            out_shape=f"({text},)" if len(out_shape) == 1 else f"({text})")
+            out_shape=f"({text},)" if len(out_shape) == 1 else f"({text})",
+            out_dims=tuple(render_size(e) for e in out_shape))
+
+    def _per_row(self, out: Value, reduced: set[int], axes_of: list[list[int]]) -> Value:
+        """Lines that do not vary along the row become row lines: the loads of operands that span kept axes only (a
+        per-channel weight beside a batch norm's statistics) and what is computed from them and the reductions. Kept
+        as they are where a reduction or a scan would read a row line."""
+        kinds: dict[str, Kind] = {}
+        for line in self.lines:
+            if line.load is not None:
+                axes = set(axes_of[line.load])
+                kinds[line.name] = "row" if axes and not axes & reduced else "elem"
+            elif line.reduce or line.scan:
+                if any(kinds[d] != "elem" for d in line.deps):
+                    return out
+                kinds[line.name] = "row" if line.reduce else "elem"
+            else:
+                kinds[line.name] = "elem" if any(kinds[d] == "elem" for d in line.deps) or not line.deps else "row"
+        self.lines = [dataclasses.replace(line, kind=kinds[line.name]) for line in self.lines]
+        return Value(out.text, kinds.get(out.text, out.kind))
 
     @staticmethod
     def _merge(canon: list[int], reduced: set[int], tensors: list[list[int]]) -> list[list[int]]:
@@ -432,6 +526,8 @@ class Decomposed:
         symbols = sorted({s for e in exprs for s in sympy.sympify(e).free_symbols}, key=lambda s: s.name)
         lines = []
         for symbol in symbols:
+            if symbol.name.startswith("kf_"):  # bound by the family's own forward lines
+                continue
             if symbol not in self.aten.binds:
                 raise TemplateMismatch(f"a size {symbol} that no input's shape gives")
             name, dim = self.aten.binds[symbol]

@@ -1,6 +1,7 @@
 """Family `elementwise`: a DAG of pointwise ops over same-shape inputs, one flat Triton kernel.
 
-Operands whose shape is a suffix of the output's (a per-column scale, a bias) are read modulo their size.
+Operands that broadcast along some dims (a per-column scale, a per-channel [C, 1, 1] bias) are read at their own
+address of each output element (index.py).
 Computes in fp32, stores in the output dtype. Parameters: BLOCK elements per program, num_warps.
 
 The full blocks run without a bounds mask (EVEN) and a last partial block runs masked, in a second launch: with an
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from kernelflow.stages.contracts import Problem
-from kernelflow.stages.templates import launch
+from kernelflow.stages.templates import index, launch
 from kernelflow.stages.templates.lowering import Traced, lower
 from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
 from kernelflow.stages.templates.source import (
@@ -32,7 +33,7 @@ WARPS = (4, 8)
 def match(problem: Problem, traced: Traced) -> Plan:
     program = lower(traced)
     if program.reduces:
-        raise TemplateMismatch("the computation reduces over rows (the rowwise family's job)")
+        raise TemplateMismatch("the computation reduces over dims (the rowwise family's job)")
     return Plan(program=program, reference=traced.reference)
 
 
@@ -41,31 +42,29 @@ def variants(plan: Plan) -> list[dict[str, Any]]:
 
 
 def _kernel(program: Program) -> str:
-    args = [f"p{i}" for i in range(len(program.operands))] + ["out", "n", "start"]
-    args += [f"n{i}" for i, op in enumerate(program.operands) if op.broadcast]
+    args = [f"p{i}" for i in range(len(program.operands))] + ["out", "n", "start", *index.size_args(program)]
     args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK: tl.constexpr", "EVEN: tl.constexpr"]
     body = ["offs = start + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
             "if EVEN:", "    mask = tl.full([BLOCK], 1, tl.int1)", "else:", "    mask = offs < n"]
-    body += [line_source(line, f"offs % n{line.load}" if line.load is not None and program.operands[line.load].broadcast
-                         else "offs") for line in program.lines]
-    body.append(store_source(program, "offs"))
+    body += [line_source(line, index.flat(program, program.operands[line.load].axes) if line.load is not None else "")
+             for line in program.lines]
+    body.append(store_source(program, index.flat(program, program.out_axes)))
     return jit_source("_kf_elementwise", args, body)
 
 
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:
-    full = f"p{program.full}"
     block = params["BLOCK"]
 
     def launched(grid: str, start: str, even: bool) -> str:
-        call = [f"p{i}" for i in range(len(program.operands))] + ["out", "n", start]
-        call += [f"p{i}.numel()" for i, op in enumerate(program.operands) if op.broadcast]
+        call = [f"p{i}" for i in range(len(program.operands))] + ["out", "n", start, *index.size_args(program)]
         call += [*program.scalars, f"BLOCK={block}", f"EVEN={even}", f"num_warps={params['num_warps']}"]
         return "    " + launch.call("_kf_elementwise", f"({grid},)", ", ".join(call))
 
     return [
         *operand_prologue(program),
+        *index.size_lines(program),
         output_alloc(program),
-        f"n = {full}.numel()",
+        "n = out.numel()",
         f"full = n // {block}",
         "if full:",
         launched("full", "0", True),

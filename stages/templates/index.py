@@ -15,8 +15,8 @@ from __future__ import annotations
 from kernelflow.stages.templates.program import Program
 
 
-def _product(axes: list[int] | tuple[int, ...]) -> str:
-    return " * ".join(f"z{a}" for a in axes) or "1"
+def _product(axes: list[int] | tuple[int, ...], size: str = "z") -> str:
+    return " * ".join(f"{size}{a}" for a in axes) or "1"
 
 
 def _runs(axes: tuple[int, ...], order: tuple[int, ...]) -> list[list[int]]:
@@ -31,28 +31,30 @@ def _runs(axes: tuple[int, ...], order: tuple[int, ...]) -> list[list[int]]:
     return runs
 
 
-def address(axes: tuple[int, ...], parts: list[tuple[str, tuple[int, ...]]], wide: bool = True) -> str:
+def address(axes: tuple[int, ...], parts: list[tuple[str, tuple[int, ...]]], wide: bool = True,
+            size: str = "z") -> str:
     """The address (in elements) of a tensor spanning `axes`, for index variables `parts` ((name, its axes)).
-    `wide` casts each scaled term to int64 first."""
+    `wide` casts each scaled term to int64 first; axis k's size is `size`<k>."""
     terms: list[str] = []
     for var, order in parts:
         for run in _runs(axes, order):
             first, last = order.index(run[0]), order.index(run[-1])
             index = var
             if last + 1 < len(order):
-                index = f"({index} // ({_product(order[last + 1:])}))"
+                index = f"({index} // ({_product(order[last + 1:], size)}))"
             if first > 0:
-                index = f"({index} % ({_product(run)}))"
+                index = f"({index} % ({_product(run, size)}))"
             stride = axes[axes.index(run[-1]) + 1:]
             if stride:
-                index = f"{index}.to(tl.int64) * ({_product(stride)})" if wide else f"{index} * ({_product(stride)})"
+                scale = _product(stride, size)
+                index = f"{index}.to(tl.int64) * ({scale})" if wide else f"{index} * ({scale})"
             terms.append(index)
     return " + ".join(terms) or "0"
 
 
-def flat(program: Program, axes: tuple[int, ...], var: str = "offs") -> str:
+def flat(program: Program, axes: tuple[int, ...], var: str = "offs", size: str = "z") -> str:
     """The address at flat index `var` over all axes, shaped like `var` even where the tensor spans no axis."""
-    found = address(axes, [(var, tuple(range(len(program.sizes))))])
+    found = address(axes, [(var, tuple(range(len(program.sizes))))], size=size)
     return found if var in found else f"{found} + {var} * 0"
 
 
@@ -60,10 +62,10 @@ def kept(program: Program) -> tuple[int, ...]:
     return tuple(a for a in range(len(program.sizes)) if a not in program.reduced)
 
 
-def size_args(program: Program) -> list[str]:
-    return [f"z{k}" for k in range(len(program.sizes))]
+def size_args(program: Program, size: str = "z") -> list[str]:
+    return [f"{size}{k}" for k in range(len(program.sizes))]
 
 
-def size_lines(program: Program) -> list[str]:
-    """The forward's lines computing the sizes it passes: the bound input dims, then z<k> per axis."""
-    return [*program.binds, *(f"z{k} = {size}" for k, size in enumerate(program.sizes))]
+def size_lines(program: Program, size: str = "z") -> list[str]:
+    """The forward's lines computing the sizes it passes: the bound input dims, then `size`<k> per axis."""
+    return [*program.binds, *(f"{size}{k} = {expr}" for k, expr in enumerate(program.sizes))]

@@ -1,13 +1,13 @@
 """Family `loss`: a whole tensor reduced to one scalar, in two deterministic stages (no atomics).
 
 Two shapes of problem:
-- `whole`: sums and means of a whole tensor (torch.sum(x), x.mean(), no dim) of a pointwise DAG, and the
-  pointwise losses F.mse_loss, l1_loss, smooth_l1_loss, huber_loss and their nn modules (reduction 'mean' or
-  'sum', input and target of one shape). Stage 1 (`_kf_loss_partial`): `programs` programs stride over the
+- `whole`: sums and means of whole tensors (torch.sum(x), x.mean(), no dim) of a pointwise DAG, as the ATen
+  lowering gives them: torch.sum and mean, and every loss torch decomposes so (mse, l1, smooth_l1, huber, ...
+  with reduction 'mean' or 'sum'); operands may broadcast. Stage 1 (`_kf_loss_partial`): `programs` programs stride over the
   flattened tensor in BLOCK chunks (whole chunks unmasked, so an odd n keeps vector loads; the ragged last chunk
   masked), each summing its chunks per lane in fp32 and storing one partial per
   reduction into a float32 buffer. Stage 2 (`_kf_loss_combine`): one program sums the partials in a fixed
-  order, applies what follows the sums (/ n for a mean) and stores the 0-dim output.
+  order, applies what follows the sums (/ D for a mean) and stores the 0-dim output.
 - `cross_entropy`: F.cross_entropy / nn.CrossEntropyLoss of forward's logits [N, C] and int64 class targets [N]
   (reduction 'mean' or 'sum'; ignore_index honoured: an ignored row adds nothing and is not counted; no weight,
   no label smoothing). Stage 1 (`_kf_ce_partial`): each program takes ROWS rows at a time (a [ROWS, BLOCK_C]
@@ -31,9 +31,9 @@ import torch.fx
 from torch import nn
 
 from kernelflow.stages.contracts import Problem
-from kernelflow.stages.templates import launch
-from kernelflow.stages.templates.lowering import Lowering, Traced, _literal, node_op, node_shape
-from kernelflow.stages.templates.program import Operand, Plan, Program, Reduction, TemplateMismatch, Value
+from kernelflow.stages.templates import index, launch
+from kernelflow.stages.templates.lowering import Traced, lower, node_op
+from kernelflow.stages.templates.program import Operand, Plan, Program, TemplateMismatch
 from kernelflow.stages.templates.source import jit_source, line_source, module_source, operand_prologue
 
 WHOLE_VARIANTS = ({"BLOCK": 4096, "num_warps": 8, "programs": 1024}, {"BLOCK": 2048, "num_warps": 4, "programs": 2048},
@@ -45,14 +45,6 @@ CE_VARIANTS = ({"max_block_c": 4096, "num_warps": 8, "programs": 1024},
                {"max_block_c": 4096, "num_warps": 4, "programs": 2048},
                {"max_block_c": 8192, "num_warps": 16, "programs": 512})
 
-_LOSSES: dict[str, tuple[str, ...]] = {  # torch's parameter names, in order
-    "mse_loss": ("input", "target", "size_average", "reduce", "reduction", "weight"),
-    "l1_loss": ("input", "target", "size_average", "reduce", "reduction", "weight"),
-    "smooth_l1_loss": ("input", "target", "size_average", "reduce", "reduction", "beta"),
-    "huber_loss": ("input", "target", "reduction", "delta", "weight"),
-}
-_LOSS_MODULES: dict[type[nn.Module], str] = {nn.MSELoss: "mse_loss", nn.L1Loss: "l1_loss",
-                                             nn.SmoothL1Loss: "smooth_l1_loss", nn.HuberLoss: "huber_loss"}
 _CE_PARAMS = ("input", "target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
 
 
@@ -75,87 +67,6 @@ def _reduction_of(name: str, bound: dict[str, Any]) -> bool:
     if reduction not in ("mean", "sum"):
         raise TemplateMismatch(f"{name} with reduction={reduction!r}: the output is not a scalar")
     return bool(reduction == "mean")
-
-
-class WholeLowering(Lowering):
-    """Lowering where sums and means without dim reduce the whole tensor and the pointwise losses expand into
-    lines; reductions over a dim (and softmax, norms) are the rowwise family's job."""
-
-    def __init__(self, graph: torch.fx.GraphModule, model: nn.Module):
-        super().__init__(graph, model)
-        self.whole = False  # set while a whole-tensor reduction is being emitted
-
-    def reduce(self, how: Reduction, x: Value) -> Value:
-        if not self.whole:
-            raise TemplateMismatch("a reduction over the last dim (the rowwise family's job)")
-        return super().reduce(how, x)
-
-    def total(self, node: torch.fx.Node, sources: list[Any], x: Value, mean: bool) -> Value:
-        """The sum (or mean: / n) of x over the whole tensor; sources must all be of the full shape."""
-        for source in sources:
-            if not isinstance(source, torch.fx.Node) or node_shape(source) != self.full:
-                raise TemplateMismatch(f"{node.name} reduces a tensor not of the full shape {list(self.full)}")
-        self.whole = True
-        try:
-            total = self.reduce("sum", x)
-        finally:
-            self.whole = False
-        return self.pointwise(f"{total.text} / n", total) if mean else total
-
-    def _reduction(self, node: torch.fx.Node, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        bound = self._bind(("input", "dim", "keepdim"), args, kwargs, name)
-        dim = bound.get("dim")
-        if isinstance(dim, torch.fx.Node):  # torch.max(x, y): elementwise
-            return super()._reduction(node, name, args, kwargs)
-        if dim is not None:
-            raise TemplateMismatch(f"{node.name} reduces over dim {dim}, not the whole tensor (the rowwise family's job)")
-        if name not in ("sum", "mean"):
-            raise TemplateMismatch(f"{name} of the whole tensor: this family sums (sum, mean, losses)")
-        return self.total(node, [bound["input"]], self.value(bound["input"]), name == "mean")
-
-    def _call(self, node: torch.fx.Node, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if name in _LOSSES:
-            return self._loss(node, name, self._bind(_LOSSES[name], args, kwargs, name))
-        return super()._call(node, name, args, kwargs)
-
-    def _module(self, node: torch.fx.Node, module: nn.Module) -> Value:
-        name = next((n for cls, n in _LOSS_MODULES.items() if type(module) is cls), None)
-        if name is None:
-            return super()._module(node, module)
-        extra = {k: getattr(module, k) for k in ("beta", "delta") if hasattr(module, k)}
-        bound = self._bind(_LOSSES[name], list(node.args), dict(node.kwargs), name)
-        return self._loss(node, name, {**bound, "reduction": module.reduction, **extra})
-
-    def _loss(self, node: torch.fx.Node, name: str, bound: dict[str, Any]) -> Value:
-        mean = _reduction_of(name, bound)
-        a, b = self.value(bound["input"]), self.value(bound["target"])
-        d = self.pointwise(f"{a.text} - {b.text}", a, b)
-        if name == "mse_loss":
-            loss = self.pointwise(f"{d.text} * {d.text}", d)
-        else:
-            z = self.pointwise(f"tl.abs({d.text})", d)
-            limit = float(bound.get("beta", bound.get("delta", 1.0)))
-            t = _literal(limit)
-            if name == "l1_loss" or (name == "smooth_l1_loss" and limit == 0.0):
-                loss = z
-            elif limit <= 0.0:
-                raise TemplateMismatch(f"{name} with a non-positive threshold {limit!r}")
-            elif name == "smooth_l1_loss":
-                loss = self.pointwise(f"tl.where({z.text} < {t}, 0.5 * {d.text} * {d.text} / {t}, {z.text} - 0.5 * {t})", z, d)
-            else:  # huber_loss
-                loss = self.pointwise(f"tl.where({z.text} < {t}, 0.5 * {d.text} * {d.text}, {t} * ({z.text} - 0.5 * {t}))", z, d)
-        return self.total(node, [bound["input"], bound["target"]], loss, mean)
-
-    def _program(self, node: torch.fx.Node) -> Program:
-        out, shape, dtype = self._output(node)
-        if out.kind != "row" or shape != ():
-            raise TemplateMismatch(f"the output of shape {list(shape)} is not a whole-tensor reduction (a scalar)")
-        # A sum never feeds an elem value (check_row_broadcast declines a 0-dim value meeting the full shape), so
-        # every sum takes one pass and only row lines follow the sums.
-        return Program(args=self.args, operands=tuple(self.operands), full=self.full_operand(),
-                       scalars=tuple(self.scalars), helpers=tuple(sorted(self.helpers)), lines=tuple(self.lines),
-                       output=out.text, out_kind="row", out_keepdim=False,
-                       out_dtype=str(dtype))
 
 
 # cross-entropy recognition
@@ -212,7 +123,16 @@ def match(problem: Problem, traced: Traced) -> Plan:
     for node in traced.graph.graph.nodes:
         if (bound := _cross_entropy_args(traced, node)) is not None:
             return _match_cross_entropy(traced, node, bound)
-    return Plan(program=WholeLowering(traced.graph, traced.model).run(), reference=traced.reference)
+    program = lower(traced)
+    if not program.reduces:
+        raise TemplateMismatch("no reduction: not a whole-tensor reduction")
+    if index.kept(program) or program.out_shape != "()":
+        raise TemplateMismatch("reduces over some dims, not the whole tensor (the rowwise family's job)")
+    if any(ln.reduce != "sum" for ln in program.lines if ln.reduce):
+        raise TemplateMismatch("a maximum or minimum of a whole tensor: this family sums (sum, mean, losses)")
+    if any(program.line(d).kind == "row" for ln in program.lines if ln.kind == "elem" for d in ln.deps):
+        raise TemplateMismatch("a whole-tensor sum that feeds the elementwise part: two passes (x - x.mean())")
+    return Plan(program=program, reference=traced.reference)
 
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
@@ -226,8 +146,8 @@ def _whole_partial(program: Program) -> str:
     reduces = [ln for ln in program.lines if ln.reduce]
     body = ["pid = tl.program_id(0)", "start = pid.to(tl.int64) * BLOCK", "step = tl.num_programs(0) * BLOCK"]
     body += [f"acc{j} = tl.zeros([BLOCK], dtype=tl.float32)" for j in range(len(reduces))]
-    inner = [line_source(ln, f"offs % n{ln.load}" if ln.load is not None and program.operands[ln.load].broadcast
-                         else "offs") for ln in program.closure([ln.deps[0] for ln in reduces])]
+    inner = [line_source(ln, index.flat(program, program.operands[ln.load].axes) if ln.load is not None else "")
+             for ln in program.closure([ln.deps[0] for ln in reduces])]
     inner += [f"acc{j} += tl.where(mask, {ln.deps[0]}, 0.0)" for j, ln in enumerate(reduces)]
     full = ["offs = start + tl.arange(0, BLOCK)", "mask = tl.full([BLOCK], 1, tl.int1)", *inner, "start += step"]
     ragged = ["offs = start + tl.arange(0, BLOCK)", "mask = offs < n", *inner]
@@ -235,8 +155,7 @@ def _whole_partial(program: Program) -> str:
              *("    " + line for line in full), "if start < n:  # the ragged last block, in one program",
              *("    " + line for line in ragged)]
     body += [f"tl.store(part + {j} * tl.num_programs(0) + pid, tl.sum(acc{j}, axis=0))" for j in range(len(reduces))]
-    args = [f"p{i}" for i in range(len(program.operands))] + ["part", "n"]
-    args += [f"n{i}" for i, op in enumerate(program.operands) if op.broadcast]
+    args = [f"p{i}" for i in range(len(program.operands))] + ["part", "n", *index.size_args(program)]
     args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK: tl.constexpr"]
     return jit_source("_kf_loss_partial", args, body)
 
@@ -247,21 +166,22 @@ def _whole_combine(program: Program) -> str:
         body.append(f"{ln.name} = tl.sum(tl.load(part + {j} * P + i, mask=live, other=0.0), axis=0)")
     body += [line_source(ln) for ln in program.lines if ln.kind == "row" and not ln.reduce]
     body.append(f"tl.store(out, {program.output}.to(out.dtype.element_ty))")
-    args = ["part", "out", "n", "P", *(f"s{i}" for i in range(len(program.scalars))), "P2: tl.constexpr"]
+    args = ["part", "out", "D", "P", *(f"s{i}" for i in range(len(program.scalars))), "P2: tl.constexpr"]
     return jit_source("_kf_loss_combine", args, body)
 
 
 def _whole_forward(program: Program, params: dict[str, Any]) -> list[str]:
     full = f"p{program.full}"
     scalars = "".join(f", {s}" for s in program.scalars)
-    sizes = "".join(f", p{i}.numel()" for i, op in enumerate(program.operands) if op.broadcast)
+    sizes = "".join(f", {z}" for z in index.size_args(program))
     operands = "".join(f"p{i}, " for i in range(len(program.operands)))
     n_reduce = sum(1 for ln in program.lines if ln.reduce)
     block = params["BLOCK"]
     return [
         *operand_prologue(program),
+        *index.size_lines(program),
         f"out = {full}.new_empty((), dtype={program.out_dtype})",
-        f"n = {full}.numel()",
+        f"n = {' * '.join(index.size_args(program))}",
         f"programs = max(1, min(_kf_cdiv(n, {block}), {params['programs']}))",
         f"part = {full}.new_empty(({n_reduce}, programs), dtype=torch.float32)",
         launch.call("_kf_loss_partial", "(programs,)",

@@ -1,10 +1,12 @@
-"""Lower the reference's forward (torch.fx graph with shapes) to a Program, or say why it cannot be.
+"""The reference, traced once per proposal for every family, and the lowering of its forward to a Program.
 
-The graph is traced once at the problem's first workload on the meta device (no data, any size). Library
-ops (softmax, log_softmax, layer_norm, rms_norm and their nn modules) expand into pointwise lines and
-reductions over the last dim; anything else (matmul, conv, reshapes, reductions over other dims) is a
-TemplateMismatch with the op named. Inclusive scans along the last dim (cumsum, cumprod, cummax/cummin values)
-become scan lines only when the caller asks (lower(traced, scans=True): the scan family); else they are named.
+`trace` records two graphs at the problem's first workload on the meta device (no data, any size): the torch.fx
+graph at the level of nn modules and functions (what the matmul, library_epilogue, attention and cross-entropy
+families recognize) and the ATen graph of torch's own decompositions (aten.py). `lower` turns the ATen graph into a
+Program (decomposed.py): any op with a pointwise or reduction decomposition, reductions and norms over any dims; with
+`scans=True` inclusive scans along a dim become scan lines (the scan family), else they are named.
+`Lowering` lowers the fx graph's pointwise ops around matrix products (the matmul families' epilogues) from a
+whitelist (pointwise.OPS).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from torch import nn
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.problems.fx_trace import trace_with_shapes
 from kernelflow.stages.problems.kernelbench import workload_call
+from kernelflow.stages.templates.aten import AtenGraph, trace_aten
+from kernelflow.stages.templates.decomposed import Decomposed
 from kernelflow.stages.templates.pointwise import OPS
 from kernelflow.stages.templates.program import (
     Kind,
@@ -47,23 +51,33 @@ class Traced:
     graph: torch.fx.GraphModule  # shapes and dtypes in node.meta['tensor_meta']
     model: nn.Module  # on the meta device
     reference: str  # the problem's Model renamed _Reference (source.reference_source)
+    aten: AtenGraph | str  # forward as ATen ops, or why torch could not trace it so
 
 
 def trace(problem: Problem, module: ModuleType) -> Traced:
-    """Symbolic trace of Model at the first workload, with shapes and dtypes in node.meta['tensor_meta']."""
+    """Model at the first workload, in eval mode as the harness runs it (stages/harness/instantiate.py): its fx
+    graph with shapes and dtypes in node.meta['tensor_meta'], and its ATen graph."""
     workload = (problem.cpu_workloads or problem.gpu_workloads)[0]
     with torch.device("meta"):
-        model = module.Model(*workload_call(module, workload, "get_init_inputs", problem.path))
+        model = module.Model(*workload_call(module, workload, "get_init_inputs", problem.path)).eval()
     inputs = workload_call(module, workload, "get_inputs", problem.path, meta=True)
     try:
         graph = trace_with_shapes(model, inputs)
     except Exception as e:  # data-dependent control flow and the like: not a template problem
         raise TemplateMismatch(f"torch.fx cannot trace forward: {type(e).__name__}: {e}") from e
-    return Traced(graph, model, reference_source(problem.source))
+    args = tuple(str(n.target) for n in graph.graph.nodes if n.op == "placeholder")
+    try:
+        aten: AtenGraph | str = trace_aten(model, inputs, args)
+    except TemplateMismatch as e:
+        aten = e.reason
+    return Traced(graph, model, reference_source(problem.source), aten)
 
 
 def lower(traced: Traced, scans: bool = False) -> Program:
-    return Lowering(traced.graph, traced.model, scans).run()
+    """The reference's ATen graph as a Program; with `scans`, scans along a dim are lowered too."""
+    if isinstance(traced.aten, str):
+        raise TemplateMismatch(traced.aten)
+    return Decomposed(traced.aten, traced.model, scans).run()
 
 
 def node_shape(node: torch.fx.Node) -> tuple[int, ...]:

@@ -8,15 +8,6 @@ from typing import Any
 
 from kernelflow.stages.templates.program import TemplateMismatch
 
-HELPERS: dict[str, str] = {
-    "_kf_tanh": '''@triton.jit
-def _kf_tanh(x):
-    t = tl.exp(-2.0 * tl.abs(x))
-    y = (1.0 - t) / (1.0 + t)
-    return tl.where(x < 0.0, -y, y)
-''',
-}
-
 
 @dataclass(frozen=True)
 class Op:

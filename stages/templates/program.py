@@ -69,6 +69,8 @@ class Program:
     reduced: tuple[int, ...] = ()  # the axes every reduction (or the scan) of the program runs over
     out_axes: tuple[int, ...] = ()  # the axes the output spans, in its memory order
     out_shape: str = ""  # the output's shape as a forward expression
+    out_dims: tuple[str, ...] = ()  # each dim of the output's shape as a forward expression
+    virtual: tuple[tuple[int, ...], ...] = ()  # the axes of each value a family computes itself (Decomposed.virtual)
 
     def line(self, name: str) -> Line:
         return next(line for line in self.lines if line.name == name)

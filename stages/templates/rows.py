@@ -1,46 +1,79 @@
 """What the one-program-per-row families (rowwise, scan) share: the kernel arguments, the row offsets, a pointwise
 line's load address, the launch arguments, and the forward's choice between a multi-row tile, a resident row and
-a looped row."""
+a looped row.
+
+A row is one index of the kept axes (those no reduction or scan runs over), its D columns the indices of the
+reduced axes, both row-major (index.py): a reduction over the last dim, over a middle dim or over (N, H, W) of a
+batch norm is the same kernel with other addresses."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kernelflow.stages.templates import launch
+from kernelflow.stages.templates import index, launch
 from kernelflow.stages.templates.program import Line, Program
-from kernelflow.stages.templates.source import line_source, operand_prologue, output_alloc
+from kernelflow.stages.templates.source import line_source, operand_prologue, output_alloc, store_source
 
 
 def args(program: Program, *extra: str) -> list[str]:
-    """Kernel arguments: operands, out, D, each broadcast operand's row count, scalars, `extra`, BLOCK_D."""
-    out = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
-    out += [f"r{i}" for i, op in enumerate(program.operands) if op.broadcast]
+    """Kernel arguments: operands, out, D, the axis sizes, scalars, `extra`, BLOCK_D."""
+    out = [f"p{i}" for i in range(len(program.operands))] + ["out", "D", *index.size_args(program)]
     return out + [f"s{i}" for i in range(len(program.scalars))] + [*extra, "BLOCK_D: tl.constexpr"]
 
 
+def _address(program: Program, axes: tuple[int, ...], var: str) -> str:
+    """The part of a tensor's address that `var` (the row or the columns) indexes."""
+    order = index.kept(program) if var != "cols" else program.reduced
+    return index.address(axes, [(var, order)])
+
+
 def offsets(program: Program, rows: str) -> list[str]:
-    """Row offsets: a full operand starts at row * D, a broadcast one at (row % its rows) * D."""
-    return [f"base = {rows}.to(tl.int64) * D"] + [
-        f"o{i} = ({rows} % r{i}).to(tl.int64) * D" for i, op in enumerate(program.operands) if op.broadcast]
+    """Each operand's row offset o<i> and the output's, oo (the row part of their addresses)."""
+    return [f"o{i} = {_address(program, op.axes, rows)}" for i, op in enumerate(program.operands)] + [
+        f"oo = {_address(program, program.out_axes, rows)}"]
 
 
-def pointwise(program: Program, line: Line) -> str:
-    offset = f"o{line.load}" if line.load is not None and program.operands[line.load].broadcast else "base"
-    return line_source(line, f"{offset} + cols")
+def columns(program: Program, axes: tuple[int, ...]) -> str:
+    """The column part of the address of a tensor spanning `axes`, shaped like cols even where it spans none."""
+    found = _address(program, axes, "cols")
+    return found if "cols" in found else f"{found} + cols * 0"
+
+
+def pointwise(program: Program, line: Line, row_mask: str | None = None) -> str:
+    """A line of a row kernel: a row load reads once per row (masked by `row_mask` in a multi-row tile)."""
+    if line.load is None:
+        return line_source(line)
+    if line.kind == "row":
+        masked = f", mask={row_mask}, other=0.0" if row_mask else ""
+        return f"{line.name} = tl.load(p{line.load} + o{line.load}{masked}).to(tl.float32)"
+    return line_source(line, f"o{line.load} + {columns(program, program.operands[line.load].axes)}")
+
+
+def row_loads(program: Program) -> list[str]:
+    """The row loads, for a kernel whose chunk loops read them before any reduction is known."""
+    return [pointwise(program, line) for line in program.lines if line.kind == "row" and line.load is not None]
+
+
+def store(program: Program, mask: str | None = "mask") -> str:
+    """The output's store: a row output at its row offset, an elem output at its columns too."""
+    if program.out_kind == "row":
+        return store_source(program, "oo", None if mask == "mask" else mask)
+    return store_source(program, f"oo + {columns(program, program.out_axes)}", "mask")
 
 
 def launch_args(program: Program) -> str:
     """The launch arguments matching `args` (without extra and BLOCK_D)."""
-    call = [f"p{i}" for i in range(len(program.operands))] + ["out", "D"]
-    call += [f"p{i}.numel() // D" for i, op in enumerate(program.operands) if op.broadcast]
+    call = [f"p{i}" for i in range(len(program.operands))] + ["out", "D", *index.size_args(program)]
     return ", ".join(call + list(program.scalars))
 
 
 def head(program: Program) -> list[str]:
-    """The forward's first lines: operands, output, row length D, rows and the row's power-of-two block."""
-    full = f"p{program.full}"
-    return [*operand_prologue(program), output_alloc(program), f"D = {full}.shape[-1]", f"rows = {full}.numel() // D",
-            "block_d = _kf_pow2(D)"]
+    """The forward's first lines: operands, sizes, output, row length D, rows and the row's power-of-two block."""
+    sizes = index.size_args(program)
+    row_len = " * ".join(sizes[a] for a in program.reduced) or "1"
+    count = " * ".join(sizes[a] for a in index.kept(program)) or "1"
+    return [*operand_prologue(program), *index.size_lines(program), output_alloc(program), f"D = {row_len}",
+            f"rows = {count}", "block_d = _kf_pow2(D)"]
 
 
 # The looped kernel's own launch parameters, by the ending of its name (`_kf_row_looped`, `_kf_scan_looped`): a

@@ -1,5 +1,6 @@
-"""Family `rowwise`: reductions over the last dim (softmax, norms, row sums and maxima) with the pointwise
-ops around them; one program per row.
+"""Family `rowwise`: reductions over a set of dims (softmax, logsumexp, layer/group/instance/batch norms, sums,
+means and maxima over any dims) with the pointwise ops around them; one program per row (rows.py: a row is one
+index of the dims kept).
 
 Kernels chosen at runtime from the row length D: `resident` keeps the row in registers
 (BLOCK_D = next_power_of_2(D) <= max_block_d); `looped` walks the row in chunks of max_block_d, one pass per
@@ -22,10 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from kernelflow.stages.contracts import Problem
-from kernelflow.stages.templates import launch, rows
+from kernelflow.stages.templates import index, launch, rows
 from kernelflow.stages.templates.lowering import Traced, lower
 from kernelflow.stages.templates.program import Line, Plan, Program, TemplateMismatch
-from kernelflow.stages.templates.source import jit_source, module_source, store_source
+from kernelflow.stages.templates.source import jit_source, module_source
 
 WARPS = (8, 16, 4)
 # Rows up to 32768 stay resident, on enough warps that a thread holds at most PER_THREAD elements of a row value
@@ -48,7 +49,9 @@ _COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.arg
 def match(problem: Problem, traced: Traced) -> Plan:
     program = lower(traced)
     if not program.reduces:
-        raise TemplateMismatch("no reduction over the last dim (the elementwise family's job)")
+        raise TemplateMismatch("no reduction (the elementwise family's job)")
+    if not index.kept(program):
+        raise TemplateMismatch("a reduction of the whole tensor to one value (the loss family's job)")
     return Plan(program=program, reference=traced.reference)
 
 
@@ -71,7 +74,7 @@ def _masked(line: Line) -> str:
 
 
 def _store(program: Program) -> str:
-    return store_source(program, "row", None) if program.out_kind == "row" else store_source(program, "base + cols")
+    return rows.store(program)
 
 
 def _resident(program: Program) -> str:
@@ -95,9 +98,8 @@ def _rows(program: Program) -> str:
         if line.reduce:
             body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, axis=1, keep_dims=True)")
         else:
-            body.append(rows.pointwise(program, line))
-    body.append(store_source(program, "rows", "row_mask") if program.out_kind == "row"
-                else store_source(program, "base + cols"))
+            body.append(rows.pointwise(program, line, "row_mask"))
+    body.append(rows.store(program, "row_mask"))
     return jit_source("_kf_rows_resident", rows.args(program, "R", "ROWS: tl.constexpr"), body)
 
 
@@ -215,6 +217,8 @@ def _looped(program: Program) -> str:
         known.update(ln.name for ln in ready)
         return [rows.pointwise(program, ln) for ln in ready]
 
+    while (more := row_lines()):  # the row loads and what they alone give, before the first chunk loop
+        body += more
     for level in sorted({levels[ln.name] for ln in program.lines if ln.reduce and ln.name not in carried}):
         reduces = [ln for ln in program.lines if ln.reduce and levels[ln.name] == level and ln.name not in carried]
         parts = [_online_accumulate(ln, online[ln.name]) if ln.name in online else
@@ -249,7 +253,7 @@ def _partial(program: Program) -> str:
     """Split rows, stage 1: program (row, split) reduces columns [split * CHUNK, +CHUNK) into part[j, row, split]."""
     reduces = [ln for ln in program.lines if ln.reduce]
     parts = [_accumulate(ln) for ln in reduces]
-    body = [*_prologue(program), "split = tl.program_id(1)", *(x for p in parts for x in p[0])]
+    body = [*_prologue(program), *rows.row_loads(program), "split = tl.program_id(1)", *(x for p in parts for x in p[0])]
     body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [x for p in parts for x in p[1]],
                         start="split * CHUNK", stop="tl.minimum(split * CHUNK + CHUNK, D)")
     body += [x for p in parts for x in p[2]]
@@ -259,7 +263,7 @@ def _partial(program: Program) -> str:
 
 def _combine(program: Program) -> str:
     """Split rows, stage 2: each row combines its SPLITS partials, then its row lines, and stores."""
-    body = ["row = tl.program_id(0)", "s = tl.arange(0, SPLITS_P2)"]
+    body = ["row = tl.program_id(0)", *rows.offsets(program, "row"), "s = tl.arange(0, SPLITS_P2)"]
     for j, ln in enumerate(line for line in program.lines if line.reduce):
         partials = f"tl.load(part + ({j} * R + row) * SPLITS + s, mask=s < SPLITS, other={_MASKED[str(ln.reduce)]})"
         body.append(f"{ln.name} = {_COMBINE[str(ln.reduce)]}({partials}, axis=0)")

@@ -20,7 +20,7 @@ from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import rows
 from kernelflow.stages.templates.lowering import Traced, lower
 from kernelflow.stages.templates.program import Line, Plan, Program, TemplateMismatch
-from kernelflow.stages.templates.source import jit_source, module_source, store_source
+from kernelflow.stages.templates.source import jit_source, module_source
 
 WARPS = (8, 4, 16)
 MAX_BLOCKS = (8192, 2048)
@@ -35,7 +35,7 @@ _HELPERS = {how: f"_kf_scan_{how}" for how in _COMBINE}
 def match(problem: Problem, traced: Traced) -> Plan:
     program = lower(traced, scans=True)
     if not program.scans:
-        raise TemplateMismatch("no scan (cumsum, cumprod, cummax, cummin) along the last dim")
+        raise TemplateMismatch("no scan (cumsum, cumprod, cummax, cummin) along a dim")
     if program.reduces:
         raise TemplateMismatch("the row is also reduced (a scan of a reduction's result, or a reduction of a scan); "
                                "this family renders scans with pointwise ops only")
@@ -53,10 +53,10 @@ def _helper(how: str) -> str:
     return jit_source(_HELPERS[how], ["a", "b"], [f"return {_COMBINE[how].format(a='a', b='b')}"])
 
 
-def _line(program: Program, line: Line, axis: int, carried: bool) -> list[str]:
+def _line(program: Program, line: Line, axis: int, carried: bool, row_mask: str | None = None) -> list[str]:
     """A pointwise line, or a scan of the chunk along `axis` (combined with the carry of the chunks before it)."""
     if line.scan is None:
-        return [rows.pointwise(program, line)]
+        return [rows.pointwise(program, line, row_mask)]
     how, masked = line.scan, f"m_{line.name}"
     scanned = f"tl.associative_scan({masked}, {axis}, {_HELPERS[how]})"
     lines = [f"{masked} = tl.where(mask, {line.deps[0]}, {_IDENTITY[how]})"]
@@ -70,7 +70,7 @@ def _line(program: Program, line: Line, axis: int, carried: bool) -> list[str]:
 def _resident(program: Program) -> str:
     body = ["row = tl.program_id(0)", *rows.offsets(program, "row"), "cols = tl.arange(0, BLOCK_D)", "mask = cols < D"]
     body += [s for line in program.lines for s in _line(program, line, 0, carried=False)]
-    body.append(store_source(program, "base + cols"))
+    body.append(rows.store(program))
     return jit_source("_kf_scan_resident", rows.args(program), body)
 
 
@@ -80,7 +80,7 @@ def _looped(program: Program) -> str:
     body += [f"carry_{ln.name} = tl.full([], {_IDENTITY[ln.scan]}, tl.float32)" for ln in program.lines if ln.scan]
     inner = ["cols = start + tl.arange(0, BLOCK_D)", "mask = cols < D"]
     inner += [s for line in program.lines for s in _line(program, line, 0, carried=True)]
-    inner += [store_source(program, "base + cols"), "start += BLOCK_D"]
+    inner += [rows.store(program), "start += BLOCK_D"]
     body += ["start = 0", "while start < D:", *("    " + s for s in inner)]  # range(0, D) fails under the interpreter
     return jit_source("_kf_scan_looped", rows.args(program), body)
 
@@ -88,9 +88,9 @@ def _looped(program: Program) -> str:
 def _rows(program: Program) -> str:
     """ROWS rows per program as a [ROWS, BLOCK_D] tile scanned along axis 1; rows past R are masked."""
     body = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", *rows.offsets(program, "rows"),
-            "cols = tl.arange(0, BLOCK_D)[None, :]", "mask = (rows < R) & (cols < D)"]
-    body += [s for line in program.lines for s in _line(program, line, 1, carried=False)]
-    body.append(store_source(program, "base + cols"))
+            "cols = tl.arange(0, BLOCK_D)[None, :]", "row_mask = rows < R", "mask = row_mask & (cols < D)"]
+    body += [s for line in program.lines for s in _line(program, line, 1, carried=False, row_mask="row_mask")]
+    body.append(rows.store(program))
     return jit_source("_kf_scan_rows", rows.args(program, "R", "ROWS: tl.constexpr"), body)
 
 

@@ -6,7 +6,7 @@ import ast
 import re
 
 from kernelflow.stages.templates import launch
-from kernelflow.stages.templates.pointwise import HELPERS
+from kernelflow.stages.templates.aten_ops import HELPERS
 from kernelflow.stages.templates.program import Line, Program, TemplateMismatch
 
 HEADER = """import torch
@@ -80,11 +80,7 @@ def operand_prologue(program: Program) -> list[str]:
 
 
 def output_alloc(program: Program) -> str:
-    full = f"p{program.full}"
-    shape = f"{full}.shape" if program.out_kind == "elem" else f"{full}.shape[:-1]"
-    if program.out_kind == "row" and program.out_keepdim:
-        shape = f"(*{full}.shape[:-1], 1)"
-    return f"out = {full}.new_empty({shape}, dtype={program.out_dtype})"
+    return f"out = p{program.full}.new_empty({program.out_shape}, dtype={program.out_dtype})"
 
 
 def module_source(program: Program, reference: str, kernels: list[str], forward_body: list[str]) -> str:

@@ -31,6 +31,8 @@ class Space:
         self.size: list[sympy.Expr] = []
         self.hint: list[int] = []
         self.split: dict[int, tuple[int, int]] = {}  # a split axis: (outer, inner)
+        self.loose = False  # while set, a union of sizes equal only at the traced shape is assumed (and recorded)
+        self.assumed: list[tuple[sympy.Expr, sympy.Expr]] = []  # sizes the candidate checks equal at run time
 
     def new(self, size: sympy.Expr, hint: int) -> int:
         self.parent.append(len(self.parent))
@@ -67,8 +69,12 @@ class Space:
         a, b = self.find(a), self.find(b)
         if a == b:
             return
-        if self.hint[a] != self.hint[b] or sympy.simplify(self.simplify(self.size[a]) - self.simplify(self.size[b])) != 0:
+        if self.hint[a] != self.hint[b]:
             raise TemplateMismatch(f"dims of sizes {self.size[a]} and {self.size[b]} meet in one op")
+        if sympy.simplify(self.simplify(self.size[a]) - self.simplify(self.size[b])) != 0:
+            if not self.loose:
+                raise TemplateMismatch(f"dims of sizes {self.size[a]} and {self.size[b]} meet in one op")
+            self.assumed.append((self.size[a], self.size[b]))
         if a in self.split and b in self.split:
             self.unify(self.leaves(a), self.leaves(b))
             return

@@ -89,7 +89,8 @@ def test_a_folders_summary_counts_problems_and_names_the_common_refusals(tmp_pat
     assert [e.coverage is None for e in entries] == [False, False, False, True] and "Model" in entries[3].error
     line = summary("suite", entries)
     assert line.startswith("suite: 1 of 3 problems with at least one family (1 more do not load)"), line
-    assert line.endswith("; the most common refusals of the 2 without: \"unsupported op 'sort'\" (1); 'torch.fx "
+    assert line.endswith("; the most common refusals of the 2 without: 'aten.sort: a sort: no family lowers it' (1); "
+                         "'torch.fx "
                          "cannot trace forward: TraceError: symbolically traced variables cannot be used as inputs to "
                          "control flow' (1)"), line
 

@@ -1,0 +1,157 @@
+"""The ATen lowering (torch's decompositions, stages/templates/decomposed.py) reaches the families: pointwise ops that
+no table names (softplus, SELU, ELU, Mish), logsumexp, a masked softmax, reductions over a middle dim and over several
+dims, batch norm in its inference form (nn.BatchNorm as the harness runs it: eval mode) and its training form
+(batch statistics: track_running_stats=False, F.batch_norm(training=True)), group norm, instance norm, global pooling. Every candidate the
+builtin proposer makes matches the reference at the CPU workloads (Triton's interpreter, both shapes of each); a few
+compile ahead of time for sm_90a and pass verify; what cannot be lowered is named by its ATen op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelflow.stages import generate
+from kernelflow.stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
+from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem
+from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates.lowering import lower, trace
+from kernelflow.stages.templates.program import TemplateMismatch
+from tests.stages.proposers.test_proposer_builtin import assert_matches
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+n, c, h, w = 16, 64, 32, 32
+
+
+class Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        {init}
+
+    def forward(self, {args}):
+        return {forward}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return [c]
+
+
+WORKLOADS = {{"gpu": [dict(n=16, c=64, h=32, w=32)], "cpu": [dict(n=2, c=4, h=7, w=9), dict(n=3, c=8, h=5, w=6)]}}
+'''
+X = "torch.randn(n, c, h, w)"
+RUNNING = ("self.bn = nn.BatchNorm2d(c).eval(); self.bn.running_mean.uniform_(-1.0, 1.0); "
+           "self.bn.running_var.uniform_(0.5, 2.0); self.bn.weight.data.uniform_(0.5, 1.5)")
+# name: (forward, __init__ line, forward's args, inputs, the family that takes it)
+CASES = {
+    "softplus": ("F.softplus(x * 3.0)", "pass", "x", X, "elementwise"),
+    "selu": ("F.selu(x)", "pass", "x", X, "elementwise"),
+    "elu": ("F.elu(x, alpha=0.7)", "pass", "x", X, "elementwise"),
+    "mish": ("F.mish(x)", "pass", "x", X, "elementwise"),
+    "hardswish_clamp": ("torch.clamp(F.hardswish(x), -0.2, 2.0) + F.hardtanh(x, -0.5, 0.5)", "pass", "x", X,
+                        "elementwise"),
+    "logsumexp": ("torch.logsumexp(x, dim=-1)", "pass", "x", X, "rowwise"),
+    "masked_softmax": ("torch.softmax(x.masked_fill(m, float('-inf')) / 0.7, dim=-1)", "pass", "x, m",
+                       f"{X}, torch.rand(n, c, h, w) > 0.75", "rowwise"),
+    "middle_dim_mean": ("x.mean(dim=1) * 2.0", "pass", "x", X, "rowwise"),
+    "two_dims_max": ("torch.amax(x, dim=(0, 2)) - 1.0", "pass", "x", X, "rowwise"),
+    "batchnorm_eval": ("torch.relu(self.bn(x))", RUNNING, "x", X, "elementwise"),
+    "batchnorm_train": ("torch.relu(self.bn(x))", "self.bn = nn.BatchNorm2d(c, track_running_stats=False)", "x", X,
+                        "rowwise"),
+    "batchnorm_functional_train": ("F.batch_norm(x, self.m, self.v, self.w, None, training=True) * 2.0",
+                                   "self.register_buffer('m', torch.zeros(c)); self.register_buffer('v', torch.ones(c)); "
+                                   "self.w = nn.Parameter(torch.rand(c))",
+                                   "x", X, "rowwise"),
+    "groupnorm": ("F.silu(self.gn(x))",
+                  "self.gn = nn.GroupNorm(2, c); self.gn.weight.data.uniform_(0.5, 1.5); self.gn.bias.data.normal_()",
+                  "x", X, "rowwise"),
+    "instancenorm": ("self.inorm(x) * 0.5", "self.inorm = nn.InstanceNorm2d(c, affine=True)", "x", X, "rowwise"),
+    "global_avg_pool": ("torch.tanh(F.adaptive_avg_pool2d(x, 1) + self.b)", "self.b = nn.Parameter(torch.randn(c, 1, 1))",
+                        "x", X, "rowwise"),
+}
+DECLINED = {  # forward: the reason every family but the named ones gives
+    "torch.flip(x, [1])": "aten.rev: a flip",
+    "x[:, 1:] * 2.0": "aten.slice: a slice",
+    "x.sum(dim=1, keepdim=True) + x.sum(dim=3, keepdim=True)": "one set of dims",
+}
+
+
+def synthetic(tmp_path: Path, name: str) -> Path:
+    forward, init, args, inputs, _ = CASES[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(PROBLEM.format(forward=forward, init=init, args=args, inputs=inputs))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_familys_variants_match_the_reference(name: str, tmp_path: Path) -> None:
+    path = synthetic(tmp_path, name)
+    problem, family = load_problem(path), CASES[name][4]
+    plan = TEMPLATES[family].match(problem, trace(problem, import_problem(path)))
+    for params in TEMPLATES[family].variants(plan)[:2]:
+        source = TEMPLATES[family].render(plan, params)
+        assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer=family,
+                                                                           params=params)), path, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["softplus", "batchnorm_train"])
+def test_the_proposer_offers_the_family(name: str, tmp_path: Path) -> None:
+    path = synthetic(tmp_path, name)
+    result = generate.run(GenerateRequest(problem=load_problem(path), n=4))
+    ours = [c for c in result.candidates if c.origin.proposer == CASES[name][4]]
+    assert ours, result.message
+    assert_matches(ours[0], path, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["middle_dim_mean", "batchnorm_train", "groupnorm"])
+def test_looped_rows_match_the_reference(name: str, tmp_path: Path) -> None:
+    """Rows longer than the chunk (max_block_d 8): the looped kernel walks strided columns, Welford included."""
+    path = synthetic(tmp_path, name)
+    problem = load_problem(path)
+    family = TEMPLATES["rowwise"]
+    plan = family.match(problem, trace(problem, import_problem(path)))
+    for params in ({"num_warps": 4, "max_block_d": 8}, {"num_warps": 4, "max_block_d": 64, "min_tile": 256}):
+        source = family.render(plan, params)
+        assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="rowwise",
+                                                                           params=params)), path, tmp_path)
+
+
+@pytest.mark.parametrize(("forward", "reason"), sorted(DECLINED.items()))
+def test_what_is_not_lowered_is_named(forward: str, reason: str, tmp_path: Path) -> None:
+    path = tmp_path / "declined.py"
+    path.write_text(PROBLEM.format(forward=forward, init="pass", args="x", inputs=X))
+    problem = load_problem(path)
+    with pytest.raises(TemplateMismatch, match=reason):
+        lower(trace(problem, import_problem(path)))
+
+
+def test_sizes_follow_the_inputs_not_the_trace(tmp_path: Path) -> None:
+    """A size that a guard in forward fixed at the traced shape (LayerNorm's normalized_shape) is read from the input."""
+    path = tmp_path / "layernorm.py"
+    path.write_text(PROBLEM.format(forward="self.ln(x)", init="self.ln = nn.LayerNorm(w)", args="x", inputs=X)
+                    .replace("return [c]", "return [w]").replace("def __init__(self, c)", "def __init__(self, w)"))
+    problem = load_problem(path)
+    program = lower(trace(problem, import_problem(path)))
+    assert all(size.startswith(("n_", "(")) for size in program.sizes) and "9" not in program.out_shape, program
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["batchnorm_train", "groupnorm", "masked_softmax", "mish"])
+def test_compiles_for_sm90_and_verifies(name: str, tmp_path: Path) -> None:
+    path = synthetic(tmp_path, name)
+    problem = load_problem(path)
+    result = generate.run(GenerateRequest(problem=problem, n=4))
+    candidate = next(c for c in result.candidates if c.origin.proposer == CASES[name][4])
+    res = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=candidate, problem=problem))
+    assert (res.status, res.mode) == ("ok", "ahead_of_time"), res.message
+    result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "verify"), problem=problem, candidate=candidate),
+                       "inline")
+    assert result.status == "ok", result.message
