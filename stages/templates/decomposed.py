@@ -119,13 +119,23 @@ class Decomposed:
 
     def __init__(self, aten: AtenGraph, model: nn.Module, scans: bool = False,
                  virtual: dict[torch.fx.Node, str] | None = None,
-                 shapes: dict[torch.fx.Node, list[tuple[sympy.Expr, int]]] | None = None):
+                 shapes: dict[torch.fx.Node, list[tuple[sympy.Expr, int]]] | None = None,
+                 computed: dict[torch.fx.Node, str] | None = None):
         self.aten = aten
         self.scans = scans
         self.virtual = virtual or {}  # nodes a family computes itself: an elem line of that expression
         self.virtual_layouts: list[Layout] = []
         self.shapes = shapes or {}  # a virtual node's sizes as the family computes them (symbols it binds itself)
+        self.computed = computed or {}  # nodes forward computes itself (a library call): operands of that name
         self.space = Space(self._simplify)
+        self.space.named = self._named
+        self.attr_binds: dict[sympy.Symbol, str] = {}
+        found: dict[int, list[str]] = {}
+        for prefix, module in model.named_modules():
+            for key, value in vars(module).items():
+                if type(value) is int and value > 1 and not key.startswith("_"):
+                    found.setdefault(value, []).append(".".join(filter(None, ("self", prefix, key))))
+        self.int_attrs = {value: paths[0] for value, paths in found.items() if len(paths) == 1}
         self.lines: list[Line] = []
         self.values: dict[torch.fx.Node, Any] = {}
         self.operands: list[tuple[str, Layout]] = []
@@ -147,6 +157,15 @@ class Decomposed:
 
     def hint(self, expr: sympy.Expr) -> int:
         return int(sympy.sympify(expr).xreplace(self.shape_env.backed_var_to_val)) if self.shape_env else int(expr)
+
+    def _named(self, size: sympy.Expr) -> sympy.Expr:
+        """A view's constant dim (GroupNorm's groups) as the model attribute of that value, where one attribute
+        has it, so the candidate reads it from the model at run time."""
+        if not size.is_Integer or int(size) not in self.int_attrs:
+            return size
+        symbol = sympy.Symbol(f"kf_attr{int(size)}", positive=True, integer=True)
+        self.attr_binds[symbol] = self.int_attrs[int(size)]
+        return symbol
 
     def _simplify(self, expr: sympy.Expr) -> sympy.Expr:
         return self.shape_env.simplify(expr) if self.shape_env is not None else expr
@@ -256,12 +275,18 @@ class Decomposed:
             node = stack.pop()
             if node not in needed:
                 needed.add(node)
-                if node not in self.virtual:
+                value = node.meta.get("val")
+                sizes = isinstance(value, (torch.SymInt, int)) and not isinstance(value, bool)
+                if node not in self.virtual and node not in self.computed and not sizes:  # a size reads no data
                     stack.extend(node.all_input_nodes)
         return needed
 
     def lower_node(self, node: torch.fx.Node) -> Any:
         val = node.meta.get("val")
+        if node in self.computed:
+            layout = tuple((self.space.new(e, h),) if h != 1 else () for e, h in self.shape(node))
+            self.operands.append((self.computed[node], layout))
+            return self.emit("elem", load=len(self.operands) - 1), layout
         if node in self.virtual:
             shape = self.shapes.get(node) or self.shape(node)
             layout = tuple((self.space.new(e, h),) if h != 1 else () for e, h in shape)
@@ -526,6 +551,9 @@ class Decomposed:
         symbols = sorted({s for e in exprs for s in sympy.sympify(e).free_symbols}, key=lambda s: s.name)
         lines = []
         for symbol in symbols:
+            if symbol in self.attr_binds:
+                lines.append(f"n_{symbol.name} = {self.attr_binds[symbol]}")
+                continue
             if symbol.name.startswith("kf_"):  # bound by the family's own forward lines
                 continue
             if symbol not in self.aten.binds:

@@ -8,6 +8,11 @@ stride, padding, dilation and groups. Then ONE flat Triton kernel applies the wh
 scale, residual, clamp, an unfolded bias, the SwiGLU combine silu(a) * b), lowered by the matmul family's Epilogue:
 it reads each product's output once and writes the result once, where eager writes and re-reads an intermediate
 per op. A product with no epilogue is declined: the candidate would be the reference's own library call.
+Nn.ConvTranspose1d/2d/3d (zero padding) become F.conv_transposeNd with the module's own arguments.
+First, where no bias is computed in forward, the rest of the graph is lowered from torch's decompositions with each
+product's output an operand (y0, y1, ...: lowering.Traced.computed) and rendered by the first family that takes it:
+elementwise (a per-channel bias, inference BatchNorm), rowwise (GroupNorm, a logsumexp over the features), pooling;
+their parameters are this family's then.
 
 SwiGLU (two Linear products sharing x): two torch.mm calls, each reading its own weight once per call. One GEMM on
 a concatenated [W1; W3] would save a launch and a second read of x, but the weights are the model's parameters,
@@ -26,6 +31,7 @@ Parameters: the epilogue kernel's BLOCK (elements per program) and num_warps; no
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +41,7 @@ from torch import nn
 
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import launch
+from kernelflow.stages.templates.decomposed import _name
 from kernelflow.stages.templates.lowering import Traced, node_op, node_shape
 from kernelflow.stages.templates.matmul import Epilogue, Product, find_products, tensor_expr
 from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
@@ -48,6 +55,9 @@ from kernelflow.stages.templates.source import (
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _CONV_MODULES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+_ATEN_PRODUCTS = ("mm", "addmm", "convolution")
+_INNER = ("elementwise", "rowwise", "pooling")  # the families that may render what follows the products
 _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 # (BLOCK, num_warps), best guess first: 32 bytes per thread per operand (two 16-byte vector loads) first.
 _FP32 = ((1024, 4), (2048, 8), (2048, 4), (4096, 8))
@@ -58,6 +68,8 @@ _HALF = ((2048, 4), (1024, 4), (4096, 8), (2048, 8))
 class LibraryPlan(Plan):
     calls: tuple[str, ...] = ()  # forward expressions computing each product, in graph order (y0, y1, ...)
     half: bool = False  # the products are bf16/fp16
+    inner: str = ""  # the family that renders the rest over the products' outputs ("": the flat epilogue kernel)
+    inner_plan: Plan | None = None
 
 
 def _mm_call(product: Product, bias: str | None) -> str:
@@ -85,6 +97,12 @@ def _conv_call(traced: Traced, node: torch.fx.Node) -> str | None:
     """The F.convNd call computing node, None if node is no convolution."""
     if node.op == "call_module":
         conv = traced.graph.get_submodule(str(node.target))
+        if isinstance(conv, _TRANSPOSED) and conv.padding_mode == "zeros" and len(node.args) == 1 and not node.kwargs:
+            this = f"self.{node.target}"
+            bias = f"{this}.bias" if conv.bias is not None else "None"
+            args = [tensor_expr(node.args[0], "input"), f"{this}.weight", bias,
+                    *(f"{this}.{k}" for k in ("stride", "padding", "output_padding", "groups", "dilation"))]
+            return f"F.conv_transpose{len(conv.kernel_size)}d({', '.join(args)}).contiguous()"
         if not isinstance(conv, _CONV_MODULES):
             return None
         if conv.padding_mode != "zeros":
@@ -146,6 +164,11 @@ def match(problem: Problem, traced: Traced) -> LibraryPlan:
         raise TemplateMismatch("products of different shapes; the epilogue walks one shape")
     if len(dtypes) != 1 or (dtype := dtypes.pop()) not in _DTYPES:
         raise TemplateMismatch(f"product operands of dtypes {sorted(map(str, dtypes))}: one of fp32, bf16, fp16 only")
+    if not unfolded:
+        try:
+            return _decomposed(problem, traced, calls, dtype)
+        except TemplateMismatch:
+            pass  # the flat epilogue's reasons are the family's
     program = Epilogue(traced, nodes, unfolded).lower()
     if _fuses_nothing(program, dtype):
         raise TemplateMismatch("no epilogue to fuse: the library call alone is the reference")
@@ -153,8 +176,34 @@ def match(problem: Problem, traced: Traced) -> LibraryPlan:
                        half=dtype != torch.float32)
 
 
+def _decomposed(problem: Problem, traced: Traced, calls: list[str], dtype: torch.dtype) -> LibraryPlan:
+    """The products' outputs as operands (y0, y1, ...) of the ATen lowering of the rest, rendered by the first
+    family of _INNER that takes it: pointwise ops, norms and reductions over any dims, a pooling."""
+    from kernelflow.stages.templates import elementwise, pooling, rowwise
+
+    if isinstance(traced.aten, str):
+        raise TemplateMismatch(traced.aten)
+    products = [n for n in traced.aten.graph.graph.nodes if n.op == "call_function"
+                and getattr(n.target, "_schema", None) is not None and _name(n) in _ATEN_PRODUCTS]
+    if len(products) != len(calls):
+        raise TemplateMismatch(f"{len(products)} ATen products for {len(calls)} library calls")
+    inner = dataclasses.replace(traced, computed={node: f"y{j}" for j, node in enumerate(products)})
+    reasons = []
+    for name, family in zip(_INNER, (elementwise, rowwise, pooling), strict=True):
+        try:
+            plan = family.match(problem, inner)
+        except TemplateMismatch as e:
+            reasons.append(f"{name}: {e.reason}")
+            continue
+        return LibraryPlan(program=plan.program, reference=traced.reference, calls=tuple(calls),
+                           half=dtype != torch.float32, inner=name, inner_plan=plan)
+    raise TemplateMismatch("; ".join(reasons))
+
+
 def variants(plan: Plan) -> list[dict[str, Any]]:
     assert isinstance(plan, LibraryPlan)
+    if plan.inner:
+        return _inner(plan).variants(plan.inner_plan)
     return [{"BLOCK": block, "num_warps": warps} for block, warps in (_HALF if plan.half else _FP32)]
 
 
@@ -186,6 +235,18 @@ def _forward(plan: LibraryPlan, params: dict[str, Any]) -> list[str]:
     ]
 
 
+def _inner(plan: LibraryPlan) -> Any:
+    from kernelflow.stages.templates import elementwise, pooling, rowwise
+
+    return {"elementwise": elementwise, "rowwise": rowwise, "pooling": pooling}[plan.inner]
+
+
 def render(plan: Plan, params: dict[str, Any]) -> str:
     assert isinstance(plan, LibraryPlan)
+    if plan.inner:  # the inner family's module, its forward first computing the products
+        source = _inner(plan).render(plan.inner_plan, params)
+        signature = source.index("\n    def forward(", source.index("class ModelNew(_Reference):"))
+        head = source.index("\n", signature + 1) + 1
+        calls = "".join(f"        y{j} = {text}\n" for j, text in enumerate(plan.calls))
+        return source[:head] + calls + source[head:]
     return module_source(plan.program, plan.reference, [_kernel(plan)], _forward(plan, params))

@@ -12,7 +12,7 @@ whitelist (pointwise.OPS).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -52,6 +52,7 @@ class Traced:
     model: nn.Module  # on the meta device
     reference: str  # the problem's Model renamed _Reference (source.reference_source)
     aten: AtenGraph | str  # forward as ATen ops, or why torch could not trace it so
+    computed: dict[torch.fx.Node, str] = field(default_factory=dict)  # ATen nodes forward computes before the kernels
 
 
 def trace(problem: Problem, module: ModuleType) -> Traced:
@@ -77,7 +78,7 @@ def lower(traced: Traced, scans: bool = False) -> Program:
     """The reference's ATen graph as a Program; with `scans`, scans along a dim are lowered too."""
     if isinstance(traced.aten, str):
         raise TemplateMismatch(traced.aten)
-    return Decomposed(traced.aten, traced.model, scans).run()
+    return Decomposed(traced.aten, traced.model, scans, computed=traced.computed).run()
 
 
 def node_shape(node: torch.fx.Node) -> tuple[int, ...]:

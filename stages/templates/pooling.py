@@ -91,7 +91,7 @@ def match(problem: Problem, traced: Traced) -> PoolPlan:
     bound = _bind(node)
     if how.startswith("adaptive") and all(size == 1 for size in bound["output_size"]):
         raise TemplateMismatch("a global pooling: a reduction over the spatial dims (the rowwise family's job)")
-    pre_lowering = Decomposed(traced.aten, traced.model)
+    pre_lowering = Decomposed(traced.aten, traced.model, computed=traced.computed)
     source = bound["self"]
     pre = pre_lowering.run(source)
     if pre.reduces or pre.out_axes != tuple(range(len(pre.sizes))):
@@ -102,7 +102,8 @@ def match(problem: Problem, traced: Traced) -> PoolPlan:
     hints = [h for _, h in pre_lowering.shape(value)]
     shape = sizes[:-dims] + [(sympy.Symbol(f"kf_o{d}", positive=True, integer=True), h)
                              for d, h in enumerate(hints[-dims:])]  # the forward computes them (_sizes)
-    post = Decomposed(traced.aten, traced.model, virtual={value: "pooled"}, shapes={value: shape})
+    post = Decomposed(traced.aten, traced.model, virtual={value: "pooled"}, shapes={value: shape},
+                      computed=traced.computed)
     program = post.run()
     if program.reduces:
         raise TemplateMismatch("a reduction after the pooling (the template renders pointwise ops after it)")

@@ -27,6 +27,7 @@ class Space:
 
     def __init__(self, simplify: Callable[[sympy.Expr], sympy.Expr] = sympy.simplify) -> None:
         self.simplify = simplify
+        self.named: Callable[[sympy.Expr], sympy.Expr] = lambda size: size  # a view's constant size, named
         self.parent: list[int] = []
         self.size: list[sympy.Expr] = []
         self.hint: list[int] = []
@@ -133,7 +134,7 @@ class Space:
                     need //= h
                     done *= self.size[a]
                 elif h % need == 0:
-                    outer, inner = self.split_axis(a, sympy.simplify(size / done), need)
+                    outer, inner = self.split_axis(a, self.named(sympy.simplify(size / done)), need)
                     dim.append(outer)
                     pending[0] = inner
                     need = 1

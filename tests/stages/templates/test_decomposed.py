@@ -155,3 +155,38 @@ def test_compiles_for_sm90_and_verifies(name: str, tmp_path: Path) -> None:
     result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "verify"), problem=problem, candidate=candidate),
                        "inline")
     assert result.status == "ok", result.message
+
+
+ROOT = Path(__file__).resolve().parents[3]
+AFTER_PRODUCTS = {"23_conv2d_add_bias_gelu": "elementwise", "24_conv2d_groupnorm_silu": "rowwise",
+                  "25_conv2d_batchnorm_relu": "elementwise", "26_convtranspose2d_maxpool_hardtanh": "pooling",
+                  "27_linear_logsumexp": "rowwise"}
+
+
+@pytest.mark.parametrize("stem", sorted(AFTER_PRODUCTS))
+def test_what_follows_a_library_product_is_lowered_too(stem: str, tmp_path: Path) -> None:
+    """library_epilogue: the products in torch, the rest (a per-channel bias, GroupNorm with the model's own group
+    count, inference BatchNorm, a max pool, a logsumexp over the features) by the family that takes it."""
+    path = ROOT / "problems" / f"{stem}.py"
+    problem, family = load_problem(path), TEMPLATES["library_epilogue"]
+    plan = family.match(problem, trace(problem, import_problem(path)))
+    assert plan.inner == AFTER_PRODUCTS[stem]
+    for params in family.variants(plan)[:2]:
+        source = family.render(plan, params)
+        assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="library_epilogue",
+                                                                           params=params)), path, tmp_path)
+
+
+@pytest.mark.slow
+def test_conv_groupnorm_compiles_for_sm90_and_verifies(tmp_path: Path) -> None:
+    path = ROOT / "problems" / "24_conv2d_groupnorm_silu.py"
+    problem, family = load_problem(path), TEMPLATES["library_epilogue"]
+    plan = family.match(problem, trace(problem, import_problem(path)))
+    params = family.variants(plan)[0]
+    candidate = Candidate.make(problem.id, "triton", family.render(plan, params),
+                               Origin(kind="builtin", proposer="library_epilogue", params=params))
+    res = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=candidate, problem=problem))
+    assert (res.status, res.mode) == ("ok", "ahead_of_time"), res.message
+    result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "verify"), problem=problem, candidate=candidate),
+                       "inline")
+    assert result.status == "ok", result.message
