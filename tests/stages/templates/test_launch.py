@@ -71,7 +71,10 @@ def test_every_templates_candidate_launches_through_it() -> None:
             families.add(cand.origin.proposer)
             assert cand.source.count(launch.SOURCE) == 1, cand.origin.proposer
             forward = cand.source[cand.source.index("class ModelNew"):]
-            assert "_kf_launch(_kf_" in forward and not re.search(r"_kf_\w+\[", forward), forward
+            jitted = set(re.findall(r"@triton\.jit\s*\ndef (\w+)\(", cand.source))
+            launched = set(re.findall(r"_kf_launch\((\w+),", forward))
+            assert launched and launched <= jitted, forward
+            assert not any(re.search(rf"\b{name}\[", forward) for name in jitted), forward
             assert not re.search(r"triton\.(cdiv|next_power_of_2)\(|torch\.empty\(", forward), forward
     assert families >= {"elementwise", "rowwise", "scan", "matmul", "library_epilogue", "loss", "attention"}, families
 
