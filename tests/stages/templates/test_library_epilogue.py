@@ -124,7 +124,9 @@ def test_candidate_compiles_for_sm90_and_verifies_on_cpu(stem: str, tmp_path: Pa
     assert all(f"= {call}" in cand.source for call in LIBRARY_CALLS[stem]) and "cat(" not in cand.source
     compiled = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=cand, problem=problem))
     assert (compiled.status, compiled.mode) == ("ok", "ahead_of_time"), compiled.message
-    assert [k.name.split(".")[0] for k in compiled.kernels] == ["_kf_epilogue"] and compiled.kernels[0].registers > 0
+    # the rest in one kernel: the elementwise family's over the products' outputs (or the flat epilogue)
+    assert [k.name.split(".")[0] for k in compiled.kernels] in (["_kf_elementwise"], ["_kf_epilogue"])
+    assert compiled.kernels[0].registers > 0
     assert compiled.library_calls and set(compiled.library_calls) <= {"aten.mm", "aten.addmm", "aten.convolution"}
     verified(problem, cand, tmp_path)
 
