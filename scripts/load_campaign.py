@@ -89,7 +89,8 @@ def write_suite(where: Path, n_problems: int, candidates: int, executor: str, pr
     for i in range(n_problems):
         (problems / f"load_{i:03d}.py").write_text(problem_source(i))
     lines = ["name: load", "device: cpu", f"executor: {executor}", "regression_floor: 0.5",
-             f"defaults: {{budget: {candidates}, strategy: greedy, proposer: load-grid, profile: {str(profile).lower()}}}",
+             f"defaults: {{budget: {candidates}, strategy: greedy, proposer: load-grid, seeds: 0, "
+             f"profile: {str(profile).lower()}}}",
              "problems:"] + [f"  - problems/load_{i:03d}.py" for i in range(n_problems)]
     suite = where / "suite.yaml"
     suite.write_text("\n".join(lines) + "\n")

@@ -335,7 +335,7 @@ def run_scripted(monkeypatch, tmp_path: Path, sources: list[tuple[str, str]], de
 
     monkeypatch.setitem(PROPOSERS, "scripted", scripted(sources))
     summary = optimize(SILU, RunConfig(budget=len(sources), store=str(tmp_path / "store"), device=device,
-                                       proposer="scripted", executor="subprocess", **kw))
+                                       proposer="scripted", executor="subprocess", **{"seeds": 0, **kw}))
     assert summary["stop_reason"] == f"candidate budget of {len(sources)} spent", summary
     return Store(tmp_path / "store"), summary["run_id"]
 

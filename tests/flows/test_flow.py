@@ -179,7 +179,7 @@ def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_
     runs = pd.read_parquet(tmp_path / "tables" / "runs")  # the families' reasons, in both runs rows
     assert set(runs.coverage_matched) == {"[]"}
     refused = [json.loads(r) for r in runs.coverage_refused]
-    assert all("unsupported op 'sort'" in r["elementwise"] and "matmul" in r for r in refused), refused
+    assert all("sort" in r["elementwise"] and "matmul" in r for r in refused), refused
 
 
 def test_a_run_policy_overrides_the_problems_for_every_stage(prefect_harness, tmp_path: Path):
@@ -202,12 +202,14 @@ def test_the_parents_profile_actions_drive_the_next_proposal(prefect_harness, tm
     from kernelflow.stages import refine
     from kernelflow.stages.contracts import Action, Finding
     from kernelflow.stages.proposers.mutations import apply
+    from kernelflow.stages.templates import TEMPLATES
 
     def check(ev):  # a tool that always asks for more work per thread, on candidates only
         return [Finding(tool="stub_ilp", severity=0.5, diagnosis="stub", recommendation="stub",
                         action=Action(kind="increase_ilp"))] if ev.contender == "candidate" else []
 
     monkeypatch.setattr(refine, "select", lambda bound: [SimpleNamespace(NAME="stub_ilp", check=check)])
+    monkeypatch.delitem(TEMPLATES, "inductor")  # one family, so its parent's move comes next (inline: in this process)
     optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline"))
     cands = pd.read_parquet(tmp_path / "tables" / "candidates")
     first, second = (json.loads(p) for p in cands.origin_params)
