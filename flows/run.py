@@ -107,7 +107,7 @@ def open_run(problem: Problem, config: RunConfig, store: Store, run_id: str, res
     record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
                        device=state.device, sizes=state.sizes, budget_candidates=config.budget,
                        proposer=config.proposer, code_version=code_version(),
-                       prefect_flow_run_id=str(runtime.flow_run.id or ""), coverage=coverage(problem))
+                       prefect_flow_run_id=str(runtime.flow_run.id or ""), coverage=coverage(problem, state.device))
     if not resumed:
         recorder.problem(problem)
     recorder.run(record)

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelflow.stages.contracts import Coverage, GenerateRequest, Problem
+from kernelflow.stages.contracts import Coverage, Device, GenerateRequest, Problem
 from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.problems.kernelbench import load_problem
 from kernelflow.stages.proposers.builtin import _plans
@@ -24,10 +24,11 @@ from kernelflow.stages.templates import TEMPLATES
 TOP_REASONS = 3  # refusal reasons a folder's summary names
 
 
-def coverage(problem: Problem) -> Coverage:
-    """The families that match `problem` (under its policy) and, per family that does not, its reason."""
+def coverage(problem: Problem, device: Device | None = None) -> Coverage:
+    """The families that match `problem` (under its policy) for `device` (None: cuda where a GPU is visible, else
+    cpu) and, per family that does not, its reason."""
     try:
-        plans, reasons = _plans(GenerateRequest(problem=problem, n=1))
+        plans, reasons = _plans(GenerateRequest(problem=problem, n=1, device=device))
     except (Exception, SystemExit) as e:  # the reference breaks the tracer: the same reason for every family
         plans, reasons = {}, [f"tracing the reference failed: {type(e).__name__}: {e}"]
     refused: dict[str, str] = {}

@@ -119,3 +119,23 @@ def test_the_cli_prints_a_line_per_problem_and_per_folder_never_a_traceback(tmp_
     assert main(["problems", "coverage", str(folder), "--all-reasons"]) == 1
     out = capsys.readouterr().out
     assert "BROKEN  " in out and "          matmul: no matmul" in out
+
+
+def test_a_targeted_family_is_asked_for_the_device_given(monkeypatch):
+    """A run's coverage is its device's: a family that generates per device (inductor) gets the run's device, not
+    whatever this machine has."""
+    from types import SimpleNamespace
+
+    from kernelflow.stages.templates.program import TemplateMismatch
+
+    asked: list[str] = []
+
+    def match(problem, traced, device):
+        asked.append(device)
+        raise TemplateMismatch(f"asked for {device}")
+
+    monkeypatch.setattr("kernelflow.stages.proposers.builtin.TEMPLATES", {"probe": SimpleNamespace(TARGETED=True, match=match)})
+    monkeypatch.setattr("kernelflow.stages.proposers.coverage.TEMPLATES", {"probe": None})
+    problem = load_problem(ROOT / "problems" / "09_silu.py")
+    assert coverage(problem, "cuda").refused == {"probe": "asked for cuda"}
+    assert coverage(problem, "cpu").refused == {"probe": "asked for cpu"} and asked == ["cuda", "cpu"]
