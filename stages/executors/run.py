@@ -65,6 +65,9 @@ def stage_env(request: StageRequest) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PROJECT_ROOT), env.get("PYTHONPATH")]))
     if getattr(request, "device", None) == "cpu":
         env["TRITON_INTERPRET"] = "1"  # Triton candidates run on CPU tensors through the interpreter
+        # a CPU request sees no GPU, and torch counts none through NVML, without starting CUDA (which its sandbox
+        # does not let start: torch would warn of the failure in the stage log)
+        env["CUDA_VISIBLE_DEVICES"], env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "", "1"
     else:
         env.pop("TRITON_INTERPRET", None)
     if request.cache_dir is not None:

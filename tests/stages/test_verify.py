@@ -114,9 +114,12 @@ def test_a_candidate_that_calls_os_exit_is_named(tmp_path: Path, status: int):
     candidate's crash, not an infrastructure fault to retry."""
     source = (FIXTURES / "exit_crash.py").read_text().replace("os._exit(0)", f"os._exit({status})")
     result = verify("exit_crash", tmp_path, "subprocess", source)
-    assert (result.failure_kind, result.message) == \
-        ("crash", f"the candidate ended the process with os._exit({status}) during cpu0 trial 0 (declared inputs) "
-                  "call 1; the log is empty")
+    named = f"the candidate ended the process with os._exit({status}) during cpu0 trial 0 (declared inputs) call 1"
+    # the log holds only what torch itself wrote, if anything (on a GPU host, cpp_extension's note that a CPU
+    # request's process finds no CUDA runtime)
+    assert result.failure_kind == "crash" and result.message.startswith(named), result.message
+    tail = result.message.removeprefix(named)
+    assert tail == "; the log is empty" or ("candidate" not in tail and tail.startswith(". Log tail:")), tail
 
 
 def test_a_system_exit_ends_the_stage_without_its_teardown(tmp_path: Path):

@@ -82,6 +82,15 @@ def test_a_probe_sees_no_secret_its_own_temp_dir_and_no_network(tmp_path: Path, 
         server.accept()  # nothing reached the host's loopback
 
 
+
+def test_a_cpu_request_sees_no_gpu(tmp_path: Path):
+    """On a GPU host too: CUDA finds no device (without a warning in the stage log) and the candidate cannot reach
+    one."""
+    code = "import os, torch\nout.update(visible=os.environ['CUDA_VISIBLE_DEVICES'], cuda=torch.cuda.is_available())"
+    result, out = run_probe(tmp_path, code, device="cpu")
+    assert result.status == "ok" and out == {"visible": "", "cuda": False}, result.message
+    assert "cudaGetDeviceCount" not in (tmp_path / "work" / "probe.log").read_text()
+
 CPU_BURN = '''
 import subprocess, sys
 try:  # in a session of its own, the deadline's kill would miss it: without the limit, the timeout ends it

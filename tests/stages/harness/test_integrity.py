@@ -99,11 +99,11 @@ def verify(name: str, tmp_path: Path, mode: str = "inline", **kw):
     return run_stage("verify", request, mode)  # type: ignore[arg-type]
 
 
-def bench(name: str, tmp_path: Path, device: str = "cpu", **kw):
+def bench(name: str, tmp_path: Path, device: str = "cpu", mode: str = "inline", **kw):
     request = BenchmarkRequest(workdir=str(tmp_path / "w"), problem=SOFTMAX,
                                candidate=candidate(name), device=device, baselines=["eager"], min_reps=10,
                                max_reps=40, **kw)
-    return run_stage("benchmark", request, "inline")
+    return run_stage("benchmark", request, mode)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("device", DEVICES)
