@@ -67,6 +67,8 @@ class RunConfig(Contract):
     seed: int = Field(default=0, description="the run's base seed")
     profile: bool = Field(default=True, description="profile promoted candidates")
     baseline_profiles: bool = Field(default=True, description="profile the baselines once per run")
+    families: list[str] | None = Field(default=None, min_length=1, description="the template families the builtin "
+                                       "proposer may use (stages/templates/), e.g. ['rowwise', 'inductor']; None: all")
     seeds: int | None = Field(default=None, ge=0, description="in a run of another proposer (llm), candidates of "
                               "the builtin proposer evaluated first (each matching template family's best guess), so "
                               "that its first proposal has the best of them to beat; at most the budget less one; "
@@ -81,6 +83,14 @@ class RunConfig(Contract):
 
         if value not in PROPOSERS:
             raise ValueError(f"unknown proposer {value!r}; known: {', '.join(sorted(PROPOSERS))}")
+        return value
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, value: list[str] | None) -> list[str] | None:
+        from kernelflow.stages.proposers.builtin import families
+
+        families(value)
         return value
 
     @field_validator("policy")

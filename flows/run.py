@@ -107,7 +107,8 @@ def open_run(problem: Problem, config: RunConfig, store: Store, run_id: str, res
     record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
                        device=state.device, sizes=state.sizes, budget_candidates=config.budget,
                        proposer=config.proposer, code_version=code_version(),
-                       prefect_flow_run_id=str(runtime.flow_run.id or ""), coverage=coverage(problem, state.device))
+                       prefect_flow_run_id=str(runtime.flow_run.id or ""),
+                       coverage=coverage(problem, state.device, config.families))
     if not resumed:
         recorder.problem(problem)
     recorder.run(record)
@@ -269,7 +270,8 @@ def builtin_seeds(run: Run, pending: list[Candidate]) -> list[Candidate]:
     if n <= 0:
         return []
     proposed = generate_task(GenerateRequest(problem=run.problem, n=n, proposer="builtin", backend=config.backend,
-                                             device=run.state.device, exclude_ids=[c.id for c in pending]))
+                                             device=run.state.device, families=config.families,
+                                             exclude_ids=[c.id for c in pending]))
     families = ", ".join(c.origin.proposer for c in proposed.candidates)
     print(f"seeds: {len(proposed.candidates)} of the builtin proposer's ({families or proposed.message}) are "
           f"evaluated before the {config.proposer} proposer's first proposal")

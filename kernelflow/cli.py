@@ -247,7 +247,8 @@ def run_config(args: argparse.Namespace) -> RunConfig:
         llm=LLMLimits(model=args.model, max_tokens=args.llm_max_tokens, max_usd=args.llm_max_usd),
         device=args.device, sizes=args.sizes, baselines=args.baselines.split(",") if args.baselines else None,
         executor=args.executor, image=args.image, store=args.store, policy=_policy(args.policy),
-        warm_start=args.warm_start, timing_budget_s=args.timing_budget, seeds=args.seeds)
+        warm_start=args.warm_start, timing_budget_s=args.timing_budget, seeds=args.seeds,
+        families=args.families.split(",") if args.families else None)
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
@@ -370,6 +371,8 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--seeds", type=int, metavar="N", help="with --proposer llm: the builtin proposer's candidates "
                    "evaluated first, the best of them the kernel the model's first prompt has to beat (default one per "
                    "matching template family; 0: none)")
+    o.add_argument("--families", metavar="A,B", help="the builtin proposer's template families to use, a comma "
+                   "list (default all; `kernelflow problems coverage` names them)")
     o.add_argument("--model", help="LLM model name (default $KERNELFLOW_LLM_MODEL)")
     o.add_argument("--llm-max-tokens", type=int, help="stop the run when its LLM calls have used this many tokens")
     o.add_argument("--llm-max-usd", type=float, help="stop the run when its LLM calls cost this much (estimate from "

@@ -402,6 +402,8 @@ class GenerateRequest(Contract):
     backend: Backend | None = Field(default=None, description="restrict to one backend")
     device: Device | None = Field(default=None, description="the device candidates are generated for (the run's); "
                                   "None: cuda where a GPU is visible, else cpu")
+    families: list[str] | None = Field(default=None, min_length=1, description="the template families the builtin "
+                                       "proposer may use (stages/templates/); None: every family")
     parent: Candidate | None = Field(default=None, description="candidate to refine (or repair), if any")
     parent_failure: Failure | None = Field(default=None, description="set when the parent failed: repair it")
     actions: list[Action] = Field(default_factory=list, description="the parent's profile feedback, causes first: "

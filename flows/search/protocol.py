@@ -111,7 +111,7 @@ def request(run: Run, expansion: Expansion) -> GenerateRequest:
     parent, failure = expansion.parent, expansion.failure
     return GenerateRequest(
         problem=state.problem, n=expansion.n, proposer=config.proposer, backend=config.backend,
-        device=state.device, parent=parent,
+        device=state.device, families=config.families, parent=parent,
         parent_failure=failure, actions=state.actions.get(parent.id, []) if parent and not failure else [],
         feedback=state.feedback.get(parent.id, "") if parent else "",
         parent_speedup_vs_eager=state.speedups.get(parent.id) if parent else None, incumbent=state.incumbent(),

@@ -64,15 +64,25 @@ def device_of(req: GenerateRequest) -> Device:
     return req.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def families(names: list[str] | None) -> list[str]:
+    """The template families a request names (None: all), in registry order; an unknown name is a ValueError."""
+    if names is not None and (unknown := sorted(set(names) - set(TEMPLATES))):
+        raise ValueError(f"unknown template families {unknown}; known: {', '.join(TEMPLATES)}")
+    return [f for f in TEMPLATES if names is None or f in names]
+
+
 def _plans(req: GenerateRequest) -> tuple[dict[str, Plan], list[str]]:
-    """Each matching family's plan, and the others' reasons. A family with TARGETED takes the device too and does
-    not need the trace (it matches when tracing fails)."""
+    """Each matching family's plan, and the others' reasons; a family the request leaves out is not asked. A family
+    with TARGETED takes the device too and does not need the trace (it matches when tracing fails)."""
+    asked = families(req.families)
     try:  # one trace for every family
         traced, untraced = trace(req.problem, import_problem(req.problem.path)), ""
     except TemplateMismatch as e:
         traced, untraced = None, e.reason
     plans, reasons = {}, [untraced] if untraced else []
-    for family, template in TEMPLATES.items():
+    reasons += [f"{family}: left out by the request (families: {', '.join(asked)})"
+                for family in TEMPLATES if family not in asked]
+    for family, template in ((f, TEMPLATES[f]) for f in asked):
         try:
             if getattr(template, "TARGETED", False):
                 plans[family] = template.match(req.problem, traced, device_of(req))

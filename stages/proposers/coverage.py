@@ -24,11 +24,11 @@ from kernelflow.stages.templates import TEMPLATES
 TOP_REASONS = 3  # refusal reasons a folder's summary names
 
 
-def coverage(problem: Problem, device: Device | None = None) -> Coverage:
+def coverage(problem: Problem, device: Device | None = None, families: list[str] | None = None) -> Coverage:
     """The families that match `problem` (under its policy) for `device` (None: cuda where a GPU is visible, else
-    cpu) and, per family that does not, its reason."""
+    cpu) and, per family that does not, its reason; of `families` only (None: all), the others left out unasked."""
     try:
-        plans, reasons = _plans(GenerateRequest(problem=problem, n=1, device=device))
+        plans, reasons = _plans(GenerateRequest(problem=problem, n=1, device=device, families=families))
     except (Exception, SystemExit) as e:  # the reference breaks the tracer: the same reason for every family
         plans, reasons = {}, [f"tracing the reference failed: {type(e).__name__}: {e}"]
     refused: dict[str, str] = {}

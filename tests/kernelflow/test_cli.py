@@ -74,6 +74,13 @@ def test_policy_overrides_parse_and_unknown_fields_are_refused():
         _policy(["allow_everything=true"])
 
 
+def test_optimize_takes_the_families_as_a_comma_list():
+    from kernelflow.cli import parser, run_config
+
+    args = parser().parse_args(["optimize", "problems/09_silu.py", "--families", "elementwise,inductor"])
+    assert run_config(args).families == ["elementwise", "inductor"]
+    assert run_config(parser().parse_args(["optimize", "problems/09_silu.py"])).families is None
+
 def test_a_fresh_prefect_home_is_created_with_its_parents(tmp_path: Path, monkeypatch):
     """`make demo` on a fresh clone points PREFECT_HOME at .kernelflow/prefect, which does not exist yet; Prefect
     itself creates only the last level and then cannot open its database."""

@@ -9,6 +9,7 @@ from kernelflow.stages.contracts import Candidate, GenerateRequest, Origin, Prof
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.measure import subject
 from kernelflow.stages.problems.kernelbench import load_problem
+from tests.families import WRITTEN
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = load_problem(ROOT / "problems" / "01_softmax.py")
@@ -34,7 +35,7 @@ def test_cpu_gives_the_analytic_roofline_and_says_why_no_counters(tmp_path: Path
 
 
 def test_cpu_runs_a_builtin_triton_candidate_once(tmp_path: Path):
-    candidate = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton")).candidates[0]
+    candidate = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton", families=WRITTEN)).candidates[0]
     result = profile.run(request(candidate, tmp_path, workload="gpu2"))
     assert result.status == "ok" and result.workload == "gpu2" and "ran once on CPU" in result.message
     assert result.bound == "memory" and result.counters == "unavailable"

@@ -22,6 +22,10 @@ from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
 
 PROBLEMS = sorted(Path(__file__).resolve().parents[3].glob("problems/*.py"))
+# the problems `make test-fast` sweeps (a pointwise op, a scan, a GEMM epilogue); `make test` sweeps all
+FAST = {"09_silu", "19_cumsum", "27_linear_logsumexp"}
+SWEEP = [pytest.param(p, id=p.stem, marks=() if p.stem in FAST else pytest.mark.slow) for p in PROBLEMS]
+
 def assert_matches(candidate: Candidate, path: Path, workdir: Path) -> None:
     """ModelNew, with Model's weights, within rtol 1e-4 and atol 1e-4 x RMS of Model's output at every CPU workload
     (a bf16/fp16 output: within the problem's tolerance, as one rounding of a differently ordered sum is an ulp off).
@@ -44,7 +48,7 @@ def assert_matches(candidate: Candidate, path: Path, workdir: Path) -> None:
         assert ((out - ref).abs() <= allowed).all(), (candidate.origin.params, workload.name, (out - ref).abs().max())
 
 
-@pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SWEEP)
 def test_every_proposed_variant_matches_the_reference(path: Path, tmp_path: Path) -> None:
     result = generate.run(GenerateRequest(problem=load_problem(path), n=3))
     assert result.candidates, result.message  # every problem of problems/ gets a family
@@ -268,6 +272,30 @@ def test_unmatched_problem_gets_no_candidate_and_every_familys_reason() -> None:
     assert "scan: aten.sort: a sort" in result.message
     assert "matmul: no matmul" in result.message and "library_epilogue: no matmul" in result.message
 
+
+def test_a_request_asks_only_its_families(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family left out is never asked (its match would fail the test here), and says why; so does a run's
+    coverage. An unknown family is an error naming the known ones, in a request and in a RunConfig."""
+    from pydantic import ValidationError
+
+    from kernelflow.flows.config import RunConfig
+    from kernelflow.stages.proposers.coverage import coverage
+
+    def asked(*_: object) -> None:
+        raise AssertionError("a family the request left out was asked")
+
+    monkeypatch.setattr(TEMPLATES["inductor"], "match", asked)
+    problem = load_problem(next(p for p in PROBLEMS if p.stem == "09_silu"))
+    result = generate.run(GenerateRequest(problem=problem, n=3, families=["elementwise"]))
+    assert len(result.candidates) == 3 and {c.origin.proposer for c in result.candidates} == {"elementwise"}
+    covered = coverage(problem, "cpu", ["elementwise", "rowwise"])
+    assert covered.matched == ["elementwise"]
+    assert covered.refused["inductor"] == "left out by the request (families: elementwise, rowwise)"
+    assert covered.refused["rowwise"] != covered.refused["inductor"]  # asked, and refused for its own reason
+    with pytest.raises(ValueError, match=r"unknown template families \['nope'\]; known: elementwise, rowwise"):
+        generate.run(GenerateRequest(problem=problem, n=1, families=["nope"]))
+    with pytest.raises(ValidationError, match="unknown template families"):
+        RunConfig(families=["elementwise", "nope"])
 
 def test_exclusion_seed_and_parent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(TEMPLATES, "inductor")  # the elementwise family's variants alone

@@ -18,6 +18,7 @@ from kernelflow.stages.problems.kernelbench import import_problem, load_problem
 from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import lower, trace
 from kernelflow.stages.templates.program import TemplateMismatch
+from tests.families import WRITTEN
 from tests.stages.proposers.test_proposer_builtin import assert_matches
 
 PROBLEM = '''
@@ -105,7 +106,7 @@ def test_the_familys_variants_match_the_reference(name: str, tmp_path: Path) -> 
 @pytest.mark.parametrize("name", ["softplus", "batchnorm_train"])
 def test_the_proposer_offers_the_family(name: str, tmp_path: Path) -> None:
     path = synthetic(tmp_path, name)
-    result = generate.run(GenerateRequest(problem=load_problem(path), n=4))
+    result = generate.run(GenerateRequest(problem=load_problem(path), n=4, families=WRITTEN))
     ours = [c for c in result.candidates if c.origin.proposer == CASES[name][4]]
     assert ours, result.message
     assert_matches(ours[0], path, tmp_path)

@@ -22,6 +22,7 @@ from kernelflow.stages.problems.kernelbench import import_problem, load_problem
 from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
+from tests.families import WRITTEN
 
 ROOT = Path(__file__).resolve().parents[3]
 FAMILY = TEMPLATES["library_epilogue"]
@@ -169,18 +170,19 @@ def test_declines_when_the_policy_forbids_vendor_libraries() -> None:
     problem = problem.model_copy(update={"policy": Policy(allow_vendor_libraries=False)})
     with pytest.raises(TemplateMismatch, match="the policy forbids vendor libraries"):
         FAMILY.match(problem, trace(problem, import_problem(problem.path)))
-    assert {c.origin.proposer for c in generate.run(GenerateRequest(problem=problem, n=8)).candidates} == {"matmul"}
+    assert {c.origin.proposer for c in generate.run(GenerateRequest(problem=problem, n=8, families=WRITTEN)).candidates} == {"matmul"}
 
 
 @pytest.mark.parametrize("stem", ["11_linear_bias_gelu", "12_matmul_scale_residual", "16_swiglu_bf16"])
 def test_two_candidates_try_both_families(stem: str) -> None:
     """As the greedy search asks: one at a time, the incumbent as parent, the tried ones excluded."""
     problem = problem_at(stem)
-    first = generate.run(GenerateRequest(problem=problem, n=1)).candidates[0]
-    second = generate.run(GenerateRequest(problem=problem, n=1, parent=first, exclude_ids=[first.id],
+    first = generate.run(GenerateRequest(problem=problem, n=1, families=WRITTEN)).candidates[0]
+    second = generate.run(GenerateRequest(problem=problem, n=1, parent=first, exclude_ids=[first.id], families=WRITTEN,
                                           seed=1)).candidates[0]
-    unverified = generate.run(GenerateRequest(problem=problem, n=1, exclude_ids=[first.id], seed=1)).candidates[0]
+    unverified = generate.run(GenerateRequest(problem=problem, n=1, exclude_ids=[first.id], seed=1,
+                                               families=WRITTEN)).candidates[0]
     assert {first.origin.proposer, second.origin.proposer} == {"library_epilogue", "matmul"}
     assert unverified.origin.proposer == second.origin.proposer
-    assert {c.origin.proposer for c in generate.run(GenerateRequest(problem=problem, n=2)).candidates} == \
+    assert {c.origin.proposer for c in generate.run(GenerateRequest(problem=problem, n=2, families=WRITTEN)).candidates} == \
         {"library_epilogue", "matmul"}

@@ -16,6 +16,7 @@ from kernelflow.stages.problems.kernelbench import import_problem, load_problem
 from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
+from tests.families import WRITTEN
 from tests.stages.proposers.test_proposer_builtin import assert_matches
 from tests.stages.templates.test_decomposed import PROBLEM
 
@@ -65,7 +66,7 @@ def test_every_variant_matches_the_reference(name: str, tmp_path: Path) -> None:
 
 def test_the_proposer_offers_pooling_for_a_pool(tmp_path: Path) -> None:
     path = synthetic(tmp_path, *CASES["max2d_fused"])
-    result = generate.run(GenerateRequest(problem=load_problem(path), n=4))
+    result = generate.run(GenerateRequest(problem=load_problem(path), n=4, families=WRITTEN))
     assert "pooling" in {c.origin.proposer for c in result.candidates}, result.message
 
 

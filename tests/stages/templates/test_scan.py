@@ -22,6 +22,7 @@ from kernelflow.stages.problems.kernelbench import import_problem, load_problem,
 from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import TemplateMismatch
+from tests.families import WRITTEN
 from tests.stages.proposers.test_proposer_builtin import assert_matches
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,7 +154,7 @@ def test_declines_with_the_reason(forward: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("forward", ["torch.cumsum(x, dim=-1)", "torch.exp(x.cumsum(-1)) * self.w"])
 def test_other_families_decline_a_scan(forward: str, tmp_path: Path) -> None:
     path = synthetic(tmp_path, forward)
-    result = generate.run(GenerateRequest(problem=load_problem(path), n=100))
+    result = generate.run(GenerateRequest(problem=load_problem(path), n=100, families=WRITTEN))
     assert {c.origin.proposer for c in result.candidates} == {"scan"}
     for family in ("elementwise", "rowwise"):
         problem = load_problem(path)
