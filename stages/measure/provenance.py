@@ -16,14 +16,23 @@ from kernelflow.stages.contracts import Device, Provenance
 
 @cache
 def code_version() -> str:
+    """The short commit of the git repository whose top level is the project root, "-dirty" appended when tracked
+    files differ from it; else $KERNELFLOW_CODE_VERSION (what a caller hands a stage container); else "unknown".
+    The project root is the folder two above stages/measure: a checkout's root, or an installed package's kernelflow
+    folder, never a repository's top level. A repository the project merely lies inside does not count, and the
+    caller's GIT_* variables (a git hook's GIT_DIR) are not passed to git, so they cannot name another one."""
     root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+
+    def git(*args: str) -> str | None:
+        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, env=env)
+        return out.stdout.strip() if out.returncode == 0 else None
+
     try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                             text=True, timeout=5)
-        if out.returncode == 0:
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
-            return out.stdout.strip() + ("-dirty" if dirty else "")
+        top = git("rev-parse", "--show-toplevel")
+        head = git("rev-parse", "--short=12", "HEAD") if top and Path(top).resolve() == root else None
+        if head:
+            return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.SubprocessError):
         pass
     return os.environ.get("KERNELFLOW_CODE_VERSION", "unknown")

@@ -1,4 +1,8 @@
-"""Load a KernelBench-format problem file into a Problem, and instantiate it at one workload."""
+"""Load a KernelBench-format problem file into a Problem, and instantiate it at one workload.
+
+torch is imported where a problem's code runs, not with this module: a file that does not import (missing, a syntax
+error) is reported without it, and a problem file imports torch itself.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +14,6 @@ import sys
 from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
 from typing import Any
-
-import torch
 
 from kernelflow.stages.contracts import (
     DEFAULT_TOLERANCE,
@@ -101,6 +103,8 @@ def size_constants(module: ModuleType) -> dict[str, int]:
 
 
 def _floating_dtype(path: str, inputs: list[Any]) -> str:
+    import torch
+
     dtypes = {t.dtype for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point()}
     if not dtypes:
         return "float32"
@@ -115,9 +119,15 @@ def problem_id(path: str | Path) -> str:
 
 
 def load_problem(path: str | Path) -> Problem:
-    """Read and check a problem file; raises ProblemError saying exactly what is wrong."""
+    """Read and check a problem file; raises ProblemError saying exactly what is wrong.
+
+    The sample that gives the dtype is drawn at the first CPU shape on the CPU when the problem declares CPU shapes
+    (small by declaration; torch's meta kernels would import sympy and torch._dynamo, seconds on first use), else at
+    the first GPU shape on `meta`. The caller's torch RNG stream is left as it was."""
     path = Path(path).resolve()
     module = import_problem(path)
+    import torch
+
     where = str(path)
     model = getattr(module, "Model", None)
     if not (inspect.isclass(model) and issubclass(model, torch.nn.Module)):
@@ -126,7 +136,9 @@ def load_problem(path: str | Path) -> Problem:
         if not callable(getattr(module, fn, None)):
             raise ProblemError(where, f"defines no function {fn}()")
     gpu, cpu = _workloads(where, module)
-    sample = workload_call(module, (cpu or gpu)[0], "get_inputs", where, meta=True)
+    with torch.random.fork_rng(devices=[]):
+        sample = workload_call(module, cpu[0], "get_inputs", where, device="cpu") if cpu else \
+            workload_call(module, gpu[0], "get_inputs", where, meta=True)
     if not isinstance(sample, (list, tuple)) or not sample:
         raise ProblemError(where, "get_inputs() must return a non-empty list")
     dtype = _floating_dtype(where, list(sample))
@@ -147,6 +159,8 @@ def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = 
 
     With `device`, tensors the function creates are created there directly (no multi-GB CPU draw and copy);
     `meta` gives shapes and dtypes only."""
+    import torch
+
     saved = {k: getattr(module, k) for k in workload.params}
     try:
         for k, v in workload.params.items():
@@ -166,6 +180,8 @@ def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = 
 def check_runs(problem: Problem, sizes: SizeSet = "cpu") -> list[str]:
     """Run the reference once per workload of `sizes` on CPU; returns a note per workload (raises if broken)."""
     module = import_problem(problem.path)
+    import torch
+
     notes = []
     for w in problem.workloads(sizes):
         init = workload_call(module, w, "get_init_inputs", problem.path)

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.problems.kernelbench import check_runs, load_problem
@@ -89,3 +90,11 @@ def test_size_constants_are_the_ints_the_input_functions_read(tmp_path: Path):
         {"batch": 16, "rows": 24, "cols": 40, "depth": 3, "hidden": 96}
     plain = import_problem(ROOT / "tests" / "fixtures" / "problems" / "plain_scale_relu.py")
     assert size_constants(plain) == {"batch_size": 64, "features": 256}
+
+
+def test_loading_a_problem_leaves_the_callers_random_stream_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    load_problem(ROOT / "problems" / "09_silu.py")  # its sample is drawn on the CPU at its first CPU shape
+    assert torch.equal(torch.rand(4), expected)
