@@ -1,7 +1,8 @@
 """The campaign flow: every problem of a suite (flows/suite.py) optimized once, the nightly unit of work.
 
 Per suite entry one optimize run (flows/dispatch.py: a subflow here, or a flow run of the optimize deployment on a
-GPU work queue), named here (its run id) so that its outcome is read back from its own partition of the store,
+GPU work queue), named here (its run id, also its flow run's name; the campaign's flow run is named by the campaign's
+id) so that its outcome is read back from its own partition of the store,
 warm-started from the previous campaign's best candidate for that entry, which is thereby re-timed beside eager in
 the new run and checked for a slowdown beyond the noise (flows/regression.py). A failing entry (a broken problem
 file, a crashed run) is recorded as failed and the campaign goes on. Everything lands in the store
@@ -44,6 +45,7 @@ from kernelflow.flows.dispatch import Done, Job, deployments, local
 from kernelflow.flows.regression import check_regression
 from kernelflow.flows.run import new_run_id
 from kernelflow.flows.suite import Entry, Suite, load_suite
+from kernelflow.flows.tasks import name_flow_run
 from kernelflow.stages.measure.provenance import code_version
 from kernelflow.stages.problems.kernelbench import problem_id
 
@@ -59,6 +61,7 @@ def campaign(suite_path: str, store: str | None = None, dispatch: Literal["local
         suite = suite.model_copy(update={"dispatch": suite.dispatch.model_copy(update={"mode": dispatch})})
     where = Store(store or suite.store)
     record = start(where, suite)
+    name_flow_run(record.campaign_id)
     print(f"campaign {record.campaign_id}: {len(suite.problems)} problems of suite {suite.name} "
           f"({suite.dispatch.mode}), store {where.location}")
     plans = [plan_entry(where, suite, record.campaign_id, entry) for entry in suite.problems]
@@ -117,7 +120,7 @@ def plan_entry(store: Store, suite: Suite, campaign_id: str, entry: Entry) -> tu
                           status="running", started_at=_now(), updated_at=_now(), previous_run_id=previous_run_id,
                           previous_candidate_id=previous_candidate_id)
     store.append("campaign_problems", campaign_id, [row])
-    return Job(entry, parameters, f"{campaign_id}-{entry.name}"), row
+    return Job(entry, parameters, parameters["run_id"]), row
 
 
 def conclude(store: Store, suite: Suite, planned: CampaignProblem, ended: Done) -> CampaignProblem:

@@ -1,8 +1,9 @@
 """The optimize flow: a search strategy (flows/search/) over [generate → compile → verify → benchmark (→ profile →
-refine when promoted)] under the budgets of a RunConfig (flows/config.py); then the baselines are profiled once. The
-result is the fastest of the best candidate, eager and torch.compile by geomean over the timed shapes (the seeds
-rule, artifacts/winner.py), so not slower than what the user already has on that measure (a winning candidate may
-still lose on one shape).
+refine when promoted)] under the budgets of a RunConfig (flows/config.py); then the baselines are profiled once if
+the run's wall-time, the whole run's from the flow's start, allows (flows/run.py after_search). The result is the
+fastest of the best candidate, eager and torch.compile by geomean over the timed shapes (the seeds rule,
+artifacts/winner.py), so not slower than what the user already has on that measure (a winning candidate may still
+lose on one shape).
 
 Thin by design: stages do the work, tasks declare resilience, flows/run.py evaluates and records, strategies decide
 what to propose from, the store keeps every artifact. Stop conditions raise StopSearch with their reason and are
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import torch
 from prefect import flow
@@ -24,18 +26,18 @@ from kernelflow.flows.config import RunConfig
 from kernelflow.flows.resume import last_best, restore
 from kernelflow.flows.run import (
     Run,
-    baseline_only,
+    after_search,
     builtin_seeds,
     checked_run_id,
     evaluate,
     finish,
     new_run_id,
     open_run,
-    profile_baselines,
     profile_promoted,
 )
 from kernelflow.flows.search import strategy_class
 from kernelflow.flows.search.protocol import Strategy, search
+from kernelflow.flows.tasks import name_flow_run
 from kernelflow.stages.contracts import Candidate, Problem
 from kernelflow.stages.errors import KernelflowError, StopSearch
 from kernelflow.stages.measure.sol_target import floors
@@ -52,24 +54,24 @@ def optimize(problem_path: str, config: RunConfig | None = None, run_id: str | N
     names its entries' runs up front, so it reads back that run's partition alone); if the store already has a run
     of that id (Prefect running the same flow run again after a crash), it is resumed instead, so nothing is
     recorded twice. Without either, the run gets a fresh id. `warm_start_from`: the run whose best candidate is
-    evaluated first (a campaign's previous run of this entry)."""
-    config = config or RunConfig()
+    evaluated first (a campaign's previous run of this entry). The run's wall-time (RunConfig.wall_time_s) counts from
+    here: the search stops when it is spent, and what follows the search starts only while it lasts. The flow run is
+    named by the run's id."""
+    started, config = time.monotonic(), config or RunConfig()
     problem = load_problem(problem_path)
     if config.policy:  # the run's policy overrides the problem's for every stage
         problem = problem.model_copy(update={"policy": config.policy_of(problem.policy)})
     check_inline(config)
     store = Store(config.store)
     run_id, resume = identity(store, problem, run_id, resume)
-    run = open_run(problem, config, store, run_id, resumed=resume is not None)
+    name_flow_run(run_id)
+    run = open_run(problem, config, store, run_id, resumed=resume is not None, started=started)
     strategy, pending = prepare(run, resume is not None, warm_start_from)
     try:
         search(run, strategy, lambda c: evaluate(run, c), lambda c: profile_promoted(run, c), pending)
     except StopSearch as stop:
-        if run.state.verified == 0:  # still record what the user already has: the baselines, timed alone
-            baseline_only(run)
-        if config.profile and config.baseline_profiles:
-            profile_baselines(run)
-        finish(run, "finished", stop.reason)
+        print(f"search stopped: {stop.reason}")
+        finish(run, "finished", after_search(run, stop.reason))
     except BaseException as e:
         finish(run, "failed", f"{type(e).__name__}: {e}")
         raise

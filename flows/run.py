@@ -98,11 +98,13 @@ class Run:
         return self.state.config
 
 
-def open_run(problem: Problem, config: RunConfig, store: Store, run_id: str, resumed: bool = False) -> Run:
+def open_run(problem: Problem, config: RunConfig, store: Store, run_id: str, resumed: bool = False,
+             started: float | None = None) -> Run:
     """Run `run_id` of `problem` begun in `store` (its problem row and index written unless it is `resumed`: they
     are there), its runs row saying it is running and which template families match the problem (and why the others
-    do not); the stages called through the flow's Prefect tasks."""
-    state = SearchState(problem, config)
+    do not); the stages called through the flow's Prefect tasks. `started`: when the run began (`time.monotonic()`;
+    None: now), the start of its wall-time."""
+    state = SearchState(problem, config, started)
     recorder = Recorder(store, run_id)
     record = RunRecord(problem_id=problem.id, status="running", started_at=_now(), updated_at=_now(),
                        device=state.device, sizes=state.sizes, budget_candidates=config.budget,
@@ -202,6 +204,31 @@ def rejected(run: Run, candidate: Candidate, stage: Literal["compile", "verify",
     run.state.reject(candidate.id, stage, result.failure_kind, message)
 
 
+def after_search(run: Run, reason: str) -> str:
+    """What a run does once its search stopped for `reason`; returns the run's stop reason: `reason` and what was
+    left out. When no candidate verified, the baselines are timed alone (what the user already has, so the run still
+    names a winner); then, where the configuration asks (profile, baseline_profiles), the baselines are profiled once,
+    in a run with no candidate too: their class and share of speed of light say what there is to win. A user's
+    wall-time is the whole run's: each of these steps starts only while it lasts (one begun in time runs to its end,
+    as a candidate's evaluation does), and one left out is printed and named in the stop reason."""
+    config, left_out = run.config, []
+    if run.state.verified == 0:
+        if (late := skipped(run, "baseline timing")) is None:
+            baseline_only(run)
+        left_out.append(late)
+    if config.profile and config.baseline_profiles:
+        left_out.append(profile_baselines(run))
+    return "; ".join([reason, *filter(None, left_out)])
+
+
+def skipped(run: Run, what: str) -> str | None:
+    """`what` skipped, and why, once the run's wall-time is spent (printed); None while time is left."""
+    if (late := run.state.overtime()) is None:
+        return None
+    print(f"{what} skipped: {late}")
+    return f"{what} skipped: {late}"
+
+
 def baseline_only(run: Run) -> None:
     """The baselines timed alone: what the user already has, recorded when no candidate verified."""
     state = run.state
@@ -209,14 +236,16 @@ def baseline_only(run: Run) -> None:
 
 
 def profile_promoted(run: Run, candidate: Candidate) -> None:
-    """Delayed profiling: profile a promoted candidate when the policy says so, then turn it into feedback."""
+    """Delayed profiling: profile a promoted candidate when the policy says so and the run's wall-time is not spent
+    (its feedback serves a next proposal, which a spent wall-time rules out), then turn it into feedback."""
     state = run.state
     policy = ProfilingPolicy(enabled=run.config.profile, baselines=run.config.baseline_profiles)
     compiled = state.compiled.get(candidate.id)
     go, why = should_profile(policy, candidate, compiled, True, state.promoted_structures)
     state.promote(structure(candidate, compiled))
     print(f"profile {candidate.id}: {why}")
-    if go:  # on a GPU the shape it is weakest on; on a CPU the first GPU shape's analytic roofline (the GPU we target)
+    if go and skipped(run, f"profile of {candidate.id}") is None:
+        # on a GPU the shape it is weakest on; on a CPU the first GPU shape's analytic roofline (the GPU we target)
         workload = weakest_workload(state.flat_timing, candidate.id) if state.device == "cuda" else None
         profiled = run.steps.profile(run.problem, candidate, state.device, workload=workload)
         refine(run, profiled, compiled, candidate)
@@ -235,12 +264,17 @@ def weakest_workload(timed: BenchmarkResult | None, candidate_id: str) -> str | 
     return found[0] if found else None
 
 
-def profile_baselines(run: Run) -> None:
+def profile_baselines(run: Run) -> str | None:
     """The baselines profiled once per run on the candidates' workload: class, SOL fraction and energy of what
-    the user already has, beside the best candidate's."""
-    for name in run.state.baselines:
+    the user already has, beside the best candidate's. Each starts only while the run's wall-time lasts; returns why
+    those left were skipped, or None."""
+    baselines = run.state.baselines
+    for i, name in enumerate(baselines):
+        if (late := skipped(run, f"baseline profiles ({', '.join(baselines[i:])})")) is not None:
+            return late
         contender: Contender = name
         refine(run, run.steps.profile(run.problem, None, run.state.device, contender=contender), None, None)
+    return None
 
 
 def refine(run: Run, profiled: ProfileResult, compiled: CompileResult | None, candidate: Candidate | None) -> None:

@@ -5,6 +5,7 @@ run's tables (flows/resume.py). It writes nothing: the recorder does (flows/reco
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 
 from kernelflow.flows.config import RunConfig
@@ -31,10 +32,12 @@ Stage = Literal["compile", "verify", "benchmark"]
 
 
 class SearchState:
-    """The search's state of a run of `problem` under `config` (its device, timed sizes and baselines decided here)."""
+    """The search's state of a run of `problem` under `config` (its device, timed sizes and baselines decided here).
+    `started`: when the run began, on `time.monotonic()`'s clock (None: now); its wall-time counts from there."""
 
-    def __init__(self, problem: Problem, config: RunConfig):
+    def __init__(self, problem: Problem, config: RunConfig, started: float | None = None):
         self.problem, self.config = problem, config
+        self.started = time.monotonic() if started is None else started
         self.device: Device = config.device_here()
         self.sizes: SizeSet = config.sizes or defaults.timed_sizes(problem, self.device)
         self.baselines: list[Baseline] = (config.baselines if config.baselines is not None
@@ -114,6 +117,12 @@ class SearchState:
 
     def spend_device(self, seconds: float | None) -> None:
         self.gpu_s += seconds or 0.0
+
+    def overtime(self) -> str | None:
+        """Why the run may start nothing more, once it has run for its wall-time budget (the whole run's, counted
+        from `started`); else None."""
+        elapsed, budget = time.monotonic() - self.started, self.config.wall_time_s
+        return f"wall-time budget of {budget:g} s spent ({elapsed:.0f} s)" if elapsed > budget else None
 
     def spend_llm(self, calls: list[LLMCall]) -> None:
         for call in calls:

@@ -4,7 +4,7 @@ A strategy answers four questions and nothing else: `select` (where the next pro
 refine, a failed parent to repair, or nothing: start fresh; and how many children), `evaluate` (how much of the
 evaluation a candidate gets: all of it, or rungs of a ladder), `update` (what it learns from one evaluated
 candidate) and `stop` (a reason of its own to stop, e.g. a plateau). `search` owns everything the
-strategies share: the budgets (candidates, wall time, device seconds, LLM tokens and dollars), proposing (the
+strategies share: the budgets (candidates, the run's wall time, device seconds, LLM tokens and dollars), proposing (the
 request is filled from the run: the parent's profile actions and feedback, its speedup, the lessons), evaluating,
 keeping the incumbent and profiling it. StopSearch carries every stop reason to the flow. Strategies read the run's
 search state (flows/state.py) and change it through its methods; `evaluate` gets the run, whose steps a ladder calls.
@@ -13,7 +13,6 @@ search state (flows/state.py) and change it through its methods; `evaluate` gets
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -121,13 +120,14 @@ def request(run: Run, expansion: Expansion) -> GenerateRequest:
         api_key=run.api_key)
 
 
-def spent(state: SearchState, started: float) -> str | None:
-    """Which budget of the run's configuration is spent, if any."""
+def spent(state: SearchState) -> str | None:
+    """Which budget of the run's configuration is spent, if any; the wall-time on the run's own clock (it started
+    with the run, not with the search)."""
     config = state.config
     if len(state.tried) >= config.budget:
         return f"candidate budget of {config.budget} spent"
-    if time.monotonic() - started > config.wall_time_s:
-        return f"wall-time budget of {config.wall_time_s:.0f} s spent"
+    if (late := state.overtime()) is not None:
+        return late
     if config.gpu_seconds is not None and state.gpu_s >= config.gpu_seconds:
         return f"device-time budget of {config.gpu_seconds:.0f} s spent ({state.gpu_s:.0f} s)"
     if config.target_sol is not None and (reached := state.best_sol) is not None and reached >= config.target_sol:
@@ -137,17 +137,21 @@ def spent(state: SearchState, started: float) -> str | None:
 
 def search(run: Run, strategy: Strategy, evaluate_one: Callable[[Candidate], float | None],
            profile_one: Callable[[Candidate], None], pending: list[Candidate] | None = None) -> None:
-    """Evaluate `pending` first (a resumed run's unfinished candidates, a warm start's seed), then select, propose,
-    evaluate, keep the best, tell the strategy and save its state; raises StopSearch with the reason."""
-    started, state = time.monotonic(), run.state
+    """Evaluate `pending` first (a resumed run's unfinished candidates, a warm start's seed, seeds), each only while
+    the run's wall-time lasts, then select, propose, evaluate, keep the best, tell the strategy and save its state;
+    raises StopSearch with the reason. Budgets are checked between candidates: one begun in time is evaluated to its
+    end."""
+    state = run.state
     progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
     for candidate in pending or []:
+        if (late := state.overtime()) is not None:
+            raise StopSearch(late)
         consider(run, strategy, candidate, evaluate_one, profile_one)
     while True:
-        if (why := spent(state, started) or strategy.stop(state)) is not None:
+        if (why := spent(state) or strategy.stop(state)) is not None:
             raise StopSearch(why)
         if isinstance(strategy, Rounds):
-            round_(run, strategy, started, evaluate_one, profile_one, progress)
+            round_(run, strategy, evaluate_one, profile_one, progress)
             continue
         for candidate in ask_proposer(run, request(run, strategy.select(state))):
             consider(run, strategy, candidate, evaluate_one, profile_one)
@@ -164,7 +168,7 @@ def shares(state: SearchState, requests: list[GenerateRequest]) -> list[Generate
                                        llm_usd_left=None if usd is None else usd / k)) for req in requests]
 
 
-def round_(run: Run, strategy: Rounds, started: float, evaluate_one: Callable[[Candidate], float | None],
+def round_(run: Run, strategy: Rounds, evaluate_one: Callable[[Candidate], float | None],
            profile_one: Callable[[Candidate], None], progress: UUID) -> None:
     """One round of a Rounds strategy: its requests planned (no more than the candidate budget left), proposed and
     compiled at once (proposals), the round saved; then, in the plan's order, each turn's candidates evaluated one
@@ -179,7 +183,7 @@ def round_(run: Run, strategy: Rounds, started: float, evaluate_one: Callable[[C
         save(run, strategy)  # before any evaluation: a crash from here on loses none of the round's proposals
     try:
         for i, turn in enumerate(list(state.round)):
-            if i and (why := spent(state, started) or strategy.stop(state)) is not None:
+            if i and (why := spent(state) or strategy.stop(state)) is not None:
                 raise StopSearch(why)
             strategy.begin(state, turn.who)
             state.teach(turn.lessons)

@@ -140,6 +140,14 @@ def artifacts(flow_run_id: str) -> dict[str, list]:
     return out
 
 
+def flow_run_names(flow_run_ids: list[str]) -> list[str]:
+    """The Prefect UI's names of these flow runs, in order."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return [client.read_flow_run(flow_run_id).name for flow_run_id in flow_run_ids]
+
+
 def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(prefect_harness, tmp_path: Path):
     from kernelflow.cli import main as cli
     from kernelflow.flows.campaign import campaign
@@ -162,6 +170,9 @@ def test_a_campaign_runs_its_suite_then_the_next_one_rechecks_last_times_best(pr
     assert store.blob(json.loads(record.blobs)["report"]).decode() == report  # kept as a blob too (S3 gets it)
     made = artifacts(record.prefect_flow_run_id)
     assert [a.data for a in made["progress"]] == [100.0]
+    assert flow_run_names([record.prefect_flow_run_id]) == [first["campaign_id"]]  # the UI's names: the campaign's
+    flow_runs = {r.run_id: r.prefect_flow_run_id for r in store.runs().itertuples()}  # id, and each entry's run id
+    assert flow_run_names([flow_runs[i] for i in ids]) == ids
     assert {r["entry"] for r in json.loads(made["campaign-ci-smoke"][0].data)} == set(rows.index)
     summary = made["campaign-ci-smoke-summary"][0].data
     assert first["campaign_id"] in summary and record.report_path in summary and "does not import" in summary

@@ -4,6 +4,8 @@ import contextlib
 import importlib.util
 import io
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +14,7 @@ import pytest
 from kernelflow.artifacts.store import Store
 from kernelflow.cli import main as cli
 from kernelflow.flows.config import RunConfig
+from kernelflow.stages.problems.kernelbench import load_problem
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
 
@@ -242,3 +245,97 @@ def test_inline_on_cpu_without_the_interpreter_is_refused_with_the_reason(prefec
     monkeypatch.delenv("TRITON_INTERPRET")
     with pytest.raises(KernelflowError, match="TRITON_INTERPRET=1"):
         optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(budget=1, store=str(tmp_path), device="cpu", executor="inline"))
+
+
+@contextlib.contextmanager
+def flow_log() -> Iterator[list[str]]:
+    """The lines the flow runs log while inside (what they print: log_prints), as a list filled as they come."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("prefect.flow_runs")
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_spent_wall_time_starts_nothing_more_and_says_why(prefect_harness, tmp_path: Path):
+    """The wall-time is the whole run's, counted from the flow's start: one shorter than the run's own start-up stops
+    the search before its first proposal, and neither the baselines' timing nor their profiles start; the runs row and
+    the printed lines (the flow's log) say why."""
+    from kernelflow.flows.optimize import optimize
+
+    with flow_log() as log:
+        summary = optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(
+            budget=2, store=str(tmp_path), device="cpu", families=["elementwise"], wall_time_s=0.001))
+    store, run_id = Store(tmp_path), summary["run_id"]
+    row = store.runs(run_id).iloc[-1]
+    assert row.status == "finished" and row.stop_reason.startswith("wall-time budget of 0.001 s spent"), row.stop_reason
+    assert "; baseline timing skipped: wall-time budget of 0.001 s spent" in row.stop_reason
+    assert "; baseline profiles (eager) skipped: wall-time budget of 0.001 s spent" in row.stop_reason
+    assert all(store.read(t, run_id).empty for t in ("candidates", "benchmarks", "profiles"))
+    assert not (store.work_dir / run_id / "baseline").exists()  # no baseline stage call began
+    printed = "\n".join(log)
+    assert "search stopped: wall-time budget of 0.001 s spent" in printed
+    assert "baseline profiles (eager) skipped: wall-time budget of 0.001 s spent" in printed
+
+
+def test_a_wall_time_spent_during_the_search_leaves_out_the_profiles_after_it(prefect_harness, tmp_path: Path,
+                                                                              monkeypatch):
+    """A proposal that outlasts the wall-time: its candidate, begun in time, is evaluated to its end; then neither
+    its profile (for a next proposal that never comes) nor the baselines' start, each printed and the baselines'
+    named in the runs row's stop reason, which names the wall-time first."""
+    import time
+
+    from kernelflow.flows.optimize import optimize
+    from kernelflow.stages import generate
+    from kernelflow.stages.contracts import GenerateRequest, GenerateResult
+    from kernelflow.stages.proposers import PROPOSERS
+
+    silu = str(ROOT / "problems" / "09_silu.py")
+    honest = generate.run(GenerateRequest(problem=load_problem(silu), n=1, backend="triton")).candidates[0]
+    wall_s, asked = 8.0, []
+
+    def slow(req: GenerateRequest) -> GenerateResult:  # one candidate, handed out once the wall-time is spent
+        asked.append(req.seed)
+        time.sleep(wall_s)
+        return GenerateResult(problem_id=req.problem.id, proposer="slow", candidates=[honest], message="slow")
+
+    monkeypatch.setitem(PROPOSERS, "slow", slow)
+    with flow_log() as log:
+        summary = optimize(silu, RunConfig(budget=3, store=str(tmp_path), device="cpu", executor="inline",
+                                           proposer="slow", seeds=0, families=["elementwise"], wall_time_s=wall_s))
+    store, run_id = Store(tmp_path), summary["run_id"]
+    assert len(asked) == 1 and list(store.read("benchmarks", run_id).candidate_id) == [honest.id]
+    reason = store.runs(run_id).iloc[-1].stop_reason
+    assert reason.startswith("wall-time budget of 8 s spent") and \
+        "; baseline profiles (eager) skipped: wall-time budget of 8 s spent" in reason, reason
+    assert "baseline timing" not in reason and store.read("profiles", run_id).empty  # a candidate verified
+    printed = "\n".join(log)
+    assert f"profile of {honest.id} skipped: wall-time budget of 8 s spent" in printed
+    assert "baseline profiles (eager) skipped" in printed
+
+
+def test_stage_task_runs_are_named_by_stage_candidate_and_family(prefect_harness, tmp_path: Path):
+    """In the Prefect UI a task run says what it is (`verify 3f2a9c1b (rowwise)`, `benchmark eager`), and an optimize
+    flow run is named by its run id."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from kernelflow.flows.optimize import optimize
+
+    summary = optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(
+        budget=1, store=str(tmp_path), device="cpu", executor="inline", families=["elementwise"]))
+    store = Store(tmp_path)
+    flow_run_id = store.runs(summary["run_id"]).prefect_flow_run_id.iloc[-1]
+    cand = store.read("candidates", summary["run_id"]).iloc[0]
+    with get_client(sync_client=True) as client:
+        flow_run = client.read_flow_run(flow_run_id)
+        names = {t.name for t in client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))}
+    assert flow_run.name == summary["run_id"]
+    who = f"{cand.id[:8]} ({cand.origin_proposer})"
+    assert {"generate (builtin)", f"compile {who}", f"verify {who}", f"benchmark {who}", f"profile {who}",
+            f"refine {cand.id[:8]}", "profile eager", "refine eager"} == names, names
