@@ -40,7 +40,8 @@ class RunConfig(Contract):
     timed sizes and the baselines by the device (stages/problems/defaults.py), the store by $KERNELFLOW_STORE."""
 
     budget: int = Field(default=8, ge=1, description="candidates to evaluate (a warm start's seed counts)")
-    wall_time_s: float = Field(default=3600.0, gt=0, description="wall-time budget of the whole run (search, baseline timing and profiles), seconds")
+    wall_time_s: float = Field(default=3600.0, gt=0, description="wall-time budget of the whole run (search, "
+                               "baseline timing and profiles), seconds")
     gpu_seconds: float | None = Field(default=None, gt=0, description="device seconds of verify, benchmark and "
                                       "profile calls, at most; None: no limit")
     target_sol: float | None = Field(default=None, gt=0, le=1, description="stop once the best candidate runs at this "
