@@ -3,7 +3,8 @@
 Per workload: contenders interleaved in a shuffled order every round, each call timed alone (all streams
 synced, L2 flushed, CUDA events), inputs rotated over several fresh sets, repetitions until the 95% interval
 of every median is tight or the budget ends. The candidate's outputs on timed calls are re-checked against
-the float64 reference, so a kernel cannot be right only when it is not being timed. On CUDA each timed call follows
+the float64 reference, with verify's bound (stages/harness/compare.py), so a kernel cannot be right only when it is
+not being timed. On CUDA each timed call follows
 untimed calls of the same contender, about 20 ms of device time (stages/measure/timing.py SUSTAIN_US), so that a
 power-limited kernel is timed at the clocks it keeps under sustained load; once NVML reports the power cap on a
 workload, about 150 ms (SETTLE_US), so that a timed call meets its own contender's power state and not the one its

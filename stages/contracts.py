@@ -73,7 +73,10 @@ DEFAULT_TOLERANCE: dict[str, Tolerance] = {
 class Policy(Contract):
     """What a candidate may do; enforced by verify (library calls: stages/harness/library_policy.py)."""
 
-    allow_tf32: bool = Field(default=False, description="fp32 matmul/conv may use TF32 (in candidate and baselines)")
+    allow_tf32: bool = Field(default=False, description="fp32 matmuls may use TF32 (in candidate and baselines; "
+                             "convolutions too)")
+    conv_tf32: bool = Field(default=True, description="fp32 convolutions may use TF32, as cuDNN does by default in "
+                            "PyTorch (in candidate and baselines)")
     allow_vendor_libraries: bool = Field(
         default=True, description="cuBLAS/cuDNN calls (torch matmul/conv) allowed for matmul/conv parts"
     )
@@ -239,8 +242,10 @@ class VerifyResult(StageResult):
     sizes: list[SizeSet] = Field(description="workload sets verified")
     trials_passed: int = Field(default=0, description="trials that passed, over all workloads")
     trials_skipped: int = Field(default=0, description="trials skipped because the reference itself was non-finite")
-    max_err_ratio: float | None = Field(default=None, description="max over elements of |err| / allowed; <= 1 passes")
-    eager_err_ratio: float | None = Field(default=None, description="the same ratio for eager PyTorch (context)")
+    max_err_ratio: float | None = Field(default=None, description="max over elements of |err| / allowed; <= 1 passes "
+                                        "(or up to EAGER_MARGIN x eager's, where eager's is above 1)")
+    eager_err_ratio: float | None = Field(default=None, description="the same ratio for eager PyTorch; above 1 it "
+                                          "widens the bound (stages/harness/compare.py)")
     worst_workload: str | None = Field(default=None, description="workload where the worst error occurred")
 
 
@@ -282,7 +287,10 @@ class Provenance(Contract):
     python: str = Field(description="python version")
     hostname: str = Field(description="host")
     code_version: str = Field(description="git commit of kernelflow, or 'unknown'")
-    tf32: bool = Field(description="TF32 allowed for fp32 matmul/conv during the measurement")
+    tf32: bool = Field(description="TF32 allowed for fp32 matmuls (cuBLAS) during the measurement; in records "
+                       "without tf32_conv: for matmuls or convolutions")
+    tf32_conv: bool | None = Field(default=None, description="TF32 allowed for fp32 convolutions (cuDNN) during the "
+                                   "measurement; None: not recorded (then both flags were set as one, see tf32)")
 
 
 POWER_LIMITED_SHARE = 0.5  # Timing.power_capped_share at or above which a contender counts as power-limited

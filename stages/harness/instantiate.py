@@ -63,12 +63,14 @@ def baseline(name: str, ref: torch.nn.Module) -> Any:
 
 
 def set_precision(policy: Policy) -> None:
-    """The same math settings for reference, baselines and candidate: no TF32 unless the policy allows it. Triton's
-    tl.dot uses TF32 for fp32 operands unless told otherwise: TRITON_F32_DEFAULT says so for a kernel that does not
-    name its input_precision (one that names "tf32" fails the static checks)."""
+    """The same math settings for reference, baselines and candidate, PyTorch's defaults unless the policy says
+    otherwise: fp32 convolutions through cuDNN may use TF32 (Policy.conv_tf32, on by default as in PyTorch), fp32
+    matmuls may not unless Policy.allow_tf32 (which allows both). A kernel's own TF32 follows allow_tf32 alone:
+    Triton's tl.dot uses TF32 for fp32 operands unless told otherwise, and TRITON_F32_DEFAULT says so for a kernel
+    that does not name its input_precision (one that names "tf32" fails the static checks)."""
     torch.backends.cuda.matmul.allow_tf32 = policy.allow_tf32
-    torch.backends.cudnn.allow_tf32 = policy.allow_tf32
     torch.set_float32_matmul_precision("high" if policy.allow_tf32 else "highest")
+    torch.backends.cudnn.allow_tf32 = policy.allow_tf32 or policy.conv_tf32
     os.environ["TRITON_F32_DEFAULT"] = "tf32" if policy.allow_tf32 else "ieee"
 
 

@@ -95,6 +95,8 @@ def _harness(src: Source) -> str | None:
 
 
 def _tf32(src: Source) -> str | None:
+    """TF32 a kernel asks for itself (tl.dot, cuBLAS modes, PTX) or a switch of torch's flags needs Policy.allow_tf32;
+    Policy.conv_tf32 is cuDNN's, set by the harness (instantiate.set_precision), never by a candidate."""
     if src.policy.allow_tf32 or src.dtype not in ("float32", "float64"):
         return None
     return _regex(TF32)(src)

@@ -51,7 +51,11 @@ def _policy(policy: Policy) -> str:
                                                                if policy.allow_vendor_libraries else "are forbidden"),
         "- other torch compute ops in forward " + ("are allowed" if policy.allow_torch_compute else
                                                    "are forbidden (allocation, views and copies are fine)"),
-        "- fp32 matmul " + ("may use TF32" if policy.allow_tf32 else "must stay IEEE fp32 (no TF32)"),
+        "- fp32 matmul " + ("and convolution may use TF32" if policy.allow_tf32 else "must stay IEEE fp32 (no TF32)"),
+        *([] if policy.allow_tf32 else [
+            "- fp32 convolution through cuDNN (torch conv) runs in TF32, as PyTorch runs it by default (the tolerance "
+            "allows eager's own error); your own kernels keep IEEE fp32 products" if policy.conv_tf32 else
+            "- fp32 convolution must stay IEEE fp32 too (no TF32), cuDNN's included"]),
     ])
 
 

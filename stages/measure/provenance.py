@@ -70,4 +70,4 @@ def collect(device: Device) -> Provenance:
     return Provenance(device=device, device_name=name, driver=driver, sm_clock_mhz=sm, mem_clock_mhz=mem,
                       torch=torch.__version__, cuda=torch.version.cuda, triton=_triton(),
                       python=platform.python_version(), hostname=socket.gethostname(), code_version=code_version(),
-                      tf32=bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32))
+                      tf32=bool(torch.backends.cuda.matmul.allow_tf32), tf32_conv=bool(torch.backends.cudnn.allow_tf32))

@@ -3,7 +3,7 @@ bottleneck class, and the SOL score of a timed kernel (DESIGN.md, "How we time")
 
 Work is counted on `meta` tensors (shapes and dtypes only: no data, no device, milliseconds per workload):
 - matmul_flops: torch.utils.flop_counter.FlopCounterMode over the reference forward (mm, addmm, bmm, baddbmm,
-  convolution, attention: 2 FLOPs per multiply-add; it counts nothing else).
+  convolution, attention: 2 FLOPs per multiply-add; it counts nothing else); conv_flops: those of convolutions.
 - pointwise ops: the forward traced by make_fx into aten ops, with core-ATen decompositions plus those of
   softmax, log_softmax, layer_norm and gelu, so a fused op is counted as the ops it is made of (softmax =
   amax, sub, exp, sum, div). Each op tagged `pointwise` costs one op per output element; each op tagged
@@ -16,7 +16,10 @@ Work is counted on `meta` tensors (shapes and dtypes only: no data, no device, m
 
 The floor is max(compute time, memory time). Compute time puts matmul FLOPs at the tensor-core peak of the
 dtype (when eligible) and pointwise ops at the fp32 CUDA-core peak; the two overlap on different units, so
-their max counts; without tensor cores both share the CUDA cores and add up (= flops / fp32 peak).
+their max counts; without tensor cores both share the CUDA cores and add up (= flops / fp32 peak). In fp32,
+convolutions go to the TF32 peak where the policy lets cuDNN use TF32 (Policy.conv_tf32, PyTorch's default) though
+the candidate's own kernels may not use it (tensor_core_eligible): the floor bounds whatever an allowed
+implementation does, a cuDNN call included.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class Work(Contract):
     problem_id: str = Field(description="the problem")
     workload: str = Field(description="workload name, e.g. 'gpu0'")
     matmul_flops: int = Field(description="matmul/conv FLOPs (FlopCounterMode: 2 per multiply-add)")
+    conv_flops: int = Field(default=0, description="of matmul_flops, those of convolutions")
     elements_out: int = Field(description="elements of all outputs together")
     pointwise_ops_per_element: float = Field(
         description="non-matmul aten ops (pointwise, reductions, bias adds) per output element; see module doc")
@@ -65,6 +69,8 @@ class Work(Contract):
     dtype: str = Field(description="floating dtype of the inputs, e.g. 'float32'")
     tensor_core_eligible: bool = Field(
         description="matmul/conv present and dtype bf16/fp16, or fp32 with TF32 allowed by the problem's policy")
+    conv_tf32: bool = Field(default=False, description="fp32 convolutions present and the problem's policy lets "
+                            "cuDNN run them in TF32 (Policy.conv_tf32): the floor puts conv_flops at the TF32 peak")
     uncounted_ops: list[str] = Field(default_factory=list, description="non-view aten ops counted as 0 (copies, casts)")
 
 
@@ -104,6 +110,10 @@ def _tensor_cores(dtype: str, policy: Policy) -> bool:
     return dtype in ("bfloat16", "float16") or (dtype == "float32" and policy.allow_tf32)
 
 
+def _conv_tf32(dtype: str, policy: Policy) -> bool:
+    return dtype == "float32" and (policy.allow_tf32 or policy.conv_tf32)
+
+
 def count_work(problem: Problem, workload: Workload) -> Work:
     """Count FLOPs and minimum bytes of one workload by running the reference on meta tensors."""
     module = import_problem(problem.path)
@@ -124,6 +134,7 @@ def count_work(problem: Problem, workload: Workload) -> Work:
     except Exception as e:
         raise ProblemError(problem.path, f"cannot count work at {workload.name}: {type(e).__name__}: {e}") from e
     matmul_flops = int(counter.get_total_flops())
+    conv_flops = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items() if "conv" in str(op))
     pointwise, uncounted = _pointwise_ops(graph)
     elements_out = sum(t.numel() for t in outputs)
     state = list(model.parameters()) + list(model.buffers())
@@ -132,18 +143,21 @@ def count_work(problem: Problem, workload: Workload) -> Work:
         pointwise_ops_per_element=pointwise / max(elements_out, 1), flops=float(matmul_flops + pointwise),
         bytes_min=_nbytes(_tensors(list(inputs))) + _nbytes(outputs) + _nbytes(state), dtype=problem.dtype,
         tensor_core_eligible=matmul_flops > 0 and _tensor_cores(problem.dtype, problem.policy),
+        conv_flops=conv_flops, conv_tf32=conv_flops > 0 and _conv_tf32(problem.dtype, problem.policy),
         uncounted_ops=sorted(set(uncounted)),
     )
 
 
-def compute_us(work: Work, peaks: Peaks, tensor_cores: bool) -> float:
-    """Time of the arithmetic alone at peak rates, microseconds (see module doc)."""
-    pointwise_s = (work.flops - work.matmul_flops) / peaks.fp32_flops_per_s
-    if not tensor_cores:
-        return (work.matmul_flops / peaks.fp32_flops_per_s + pointwise_s) * 1e6
+def compute_us(work: Work, peaks: Peaks, tensor_cores: bool, conv_tf32: bool = False) -> float:
+    """Time of the arithmetic alone at peak rates, microseconds (see module doc). `tensor_cores`: every matmul/conv
+    FLOP at the tensor-core peak; else `conv_tf32`: the convolutions' at the TF32 peak."""
+    on_tensor_cores = work.matmul_flops if tensor_cores else work.conv_flops if conv_tf32 else 0
+    cuda_cores_s = (work.flops - on_tensor_cores) / peaks.fp32_flops_per_s
+    if not on_tensor_cores:
+        return cuda_cores_s * 1e6
     matmul_peak = {"bfloat16": peaks.bf16_tensor_flops_per_s, "float16": peaks.fp16_tensor_flops_per_s}.get(
         work.dtype, peaks.tf32_flops_per_s)
-    return max(work.matmul_flops / matmul_peak, pointwise_s) * 1e6
+    return max(on_tensor_cores / matmul_peak, cuda_cores_s) * 1e6
 
 
 def memory_us(work: Work, peaks: Peaks) -> float:
@@ -152,18 +166,19 @@ def memory_us(work: Work, peaks: Peaks) -> float:
 
 
 def sol_floor_us(work: Work, peaks: Peaks, policy: Policy | None = None) -> float:
-    """SOL floor, microseconds: max(compute time, memory time). `policy` decides TF32 for fp32 matmuls
-    (None: as counted, work.tensor_core_eligible)."""
+    """SOL floor, microseconds: max(compute time, memory time). `policy` decides TF32 for fp32 matmuls and
+    convolutions (None: as counted, work.tensor_core_eligible and work.conv_tf32)."""
     tensor_cores = work.tensor_core_eligible if policy is None else (
         work.matmul_flops > 0 and _tensor_cores(work.dtype, policy))
-    return max(compute_us(work, peaks, tensor_cores), memory_us(work, peaks))
+    conv_tf32 = work.conv_tf32 if policy is None else work.conv_flops > 0 and _conv_tf32(work.dtype, policy)
+    return max(compute_us(work, peaks, tensor_cores, conv_tf32), memory_us(work, peaks))
 
 
 def analytic_bound(work: Work, peaks: Peaks, time_us: float | None = None) -> Bound:
     """Bottleneck class from the analytic terms. "latency" when the floor, or the measured `time_us` when
     given, is at most LATENCY_LAUNCHES launch overheads; else "mixed" when compute and memory times are within
     MIXED_RATIO of each other; else the larger term."""
-    compute, memory = compute_us(work, peaks, work.tensor_core_eligible), memory_us(work, peaks)
+    compute, memory = compute_us(work, peaks, work.tensor_core_eligible, work.conv_tf32), memory_us(work, peaks)
     t = max(compute, memory) if time_us is None else time_us
     if t <= LATENCY_LAUNCHES * peaks.launch_overhead_us:
         return "latency"

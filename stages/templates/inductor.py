@@ -16,7 +16,8 @@ Parameters:
 - Inductor's code-generation choices (inductor_output.KNOBS): split_reductions, aggressive_fusion,
   prefer_nd_tiling, persistent_reductions; on cuda max_autotune (GEMM/conv templates, timed by Inductor on this
   GPU) and triton_gemm (templates only, no vendor call: what a policy without vendor libraries needs); allow_tf32
-  only where the policy allows TF32. A variant whose choices differ from the plan's is generated when rendered.
+  (TF32 dots in GEMM and conv templates) only where the policy allows TF32 (Policy.allow_tf32; conv_tf32 is cuDNN's
+  alone). A variant whose choices differ from the plan's is generated when rendered.
 - `torch`, `triton`: the versions the code was generated with (a record; kernelflow export names them).
 
 A vendor call (extern mm/addmm/bmm/convolution) the policy forbids makes the variant a TemplateMismatch naming the

@@ -42,7 +42,7 @@ import sys
 import textwrap
 from typing import Any
 
-FORMAT = 6  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 7  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -50,7 +50,7 @@ KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tune
     "persistent_reductions": True,  # a short reduction in registers, not looped (static sizes only)
     "max_autotune": False,  # GEMM/conv as Triton templates where they beat the vendor call (timed on the GPU)
     "triton_gemm": False,  # with max_autotune: Triton templates only, never the vendor call
-    "allow_tf32": False,  # TF32 products in Triton GEMM templates (only where the policy allows TF32)
+    "allow_tf32": False,  # TF32 products in Triton GEMM/conv templates (only where the policy allows TF32)
 }
 GRIDS = ("Grid1D", "Grid2D", "Grid3D", "Grid2DWithYZOverflow", "BatchMatmulGrid3D", "SplitScanGrid", "FixedGrid")
 _DROPPED_CALLS = {"assert_size_stride", "assert_alignment", "get_raw_stream", "check_memory_tracking"}
@@ -107,7 +107,8 @@ def _configure(device: str, knobs: dict[str, bool]) -> None:
     inductor.max_autotune = inductor.max_autotune_gemm = knobs["max_autotune"]
     if knobs["triton_gemm"]:
         inductor.max_autotune_gemm_backends = inductor.max_autotune_conv_backends = "TRITON"
-    torch.backends.cuda.matmul.allow_tf32 = knobs["allow_tf32"]
+    torch.backends.cuda.matmul.allow_tf32 = knobs["allow_tf32"]  # what Inductor's GEMM templates read
+    torch.backends.cudnn.allow_tf32 = knobs["allow_tf32"]  # its conv templates (cuDNN's default here would be TF32)
     if not knobs["max_autotune"]:  # Inductor's own conv lowering fixes the weight's sizes; the fallback does not
         from torch._inductor.lowering import make_fallback
 

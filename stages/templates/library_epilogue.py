@@ -22,7 +22,8 @@ parameters view stays in sync only until something replaces a parameter's storag
 dtype, assigning a new Parameter), after which it silently computes with stale weights. Writing the two products
 into halves of one buffer with out= moves the same bytes as two separate outputs, so it buys nothing either.
 
-Precision: fp32 products use TF32 exactly when the problem's policy allows it. That is torch's global setting,
+Precision: fp32 products use TF32 exactly when the problem's policy allows it (matmuls: allow_tf32; convolutions:
+conv_tf32, on by default as in PyTorch). That is torch's global setting,
 which the harness sets from the policy for reference, baselines and candidate alike (instantiate.set_precision);
 the candidate never touches it. The epilogue computes in fp32 on the product's rounded output, as eager does.
 Declined when the policy forbids vendor libraries.

@@ -69,6 +69,7 @@ def test_policy_overrides_parse_and_unknown_fields_are_refused():
 
     assert _policy(["allow_vendor_libraries=false", "allow_tf32=TRUE"]) == {"allow_vendor_libraries": False,
                                                                             "allow_tf32": True}
+    assert _policy(["conv_tf32=false"]) == {"conv_tf32": False}
     assert _policy(None) is None
     with pytest.raises(SystemExit, match="allow_everything"):
         _policy(["allow_everything=true"])

@@ -211,3 +211,63 @@ def test_the_census_counts_under_dynamo_once_dynamo_is_loaded():
         compiled(torch.ones(3)) + 1
     assert {op: census.counts[op] for op in ("aten.mul", "aten.sin", "aten.add")} == \
         {"aten.mul": 1, "aten.sin": 1, "aten.add": 1}
+
+
+CUMSUM = '''"""A running sum along a long row: eager's fp32 output is correctly rounded (CPU accumulates in double), still
+off the float64 reference by more than a tolerance below fp32's own rounding."""
+
+import torch
+import torch.nn as nn
+
+n = 2048
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cumsum(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4, n)]
+
+
+def get_init_inputs():
+    return []
+
+
+WORKLOADS = {"gpu": [dict(n=4096)], "cpu": [dict(n=2048)]}
+TOLERANCE = {"rtol": %(tol)s, "atol": %(tol)s}
+'''
+AS_EAGER = "return x.double().cumsum(-1).float()"  # eager's own precision: a double accumulator, rounded once
+ELEVEN_TIMES_EAGER = "c = x.cumsum(-1).double()\n        return (c + 10 * (c - x.double().cumsum(-1))).float()"
+PAST_TOLERANCE = ("c = x.cumsum(-1)\n        return c + 1.2 * (1e-4 * c.pow(2).mean().sqrt() + 1e-4 * c.abs())")
+
+
+def verify_cumsum(tmp_path: Path, tol: float, body: str):
+    path = tmp_path / "running_sum.py"
+    path.write_text(CUMSUM % {"tol": tol})
+    problem = load_problem(path)
+    source = f"import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        {body}\n"
+    candidate = Candidate.make(problem.id, "torch", source, Origin(kind="user", proposer="test"))
+    request = VerifyRequest(workdir=str(tmp_path / "work"), problem=problem, candidate=candidate,
+                            policy=problem.policy.model_copy(update={"allow_torch_compute": True}))
+    result = run_stage("verify", request, "inline")
+    return result, (tmp_path / "work" / result.files["verify_log"]).read_text()
+
+
+def test_where_eager_misses_the_tolerance_a_candidate_as_accurate_passes_and_the_log_says_why(tmp_path: Path):
+    result, log = verify_cumsum(tmp_path, 1e-8, AS_EAGER)
+    assert result.status == "ok" and result.eager_err_ratio > 1 and 1 < result.max_err_ratio <= 2 * result.eager_err_ratio, result.message
+    assert "tolerance widened to eager's own error x2: eager is" in log and "x off the problem's tolerance" in log
+
+
+def test_where_eager_misses_the_tolerance_a_candidate_far_worse_than_eager_is_a_mismatch_naming_the_bound(tmp_path: Path):
+    result, _ = verify_cumsum(tmp_path, 1e-8, ELEVEN_TIMES_EAGER)
+    assert result.failure_kind == "mismatch" and "tolerance widened to eager's own error x2" in result.message \
+        and "so the bound is" in result.message, result.message
+
+
+def test_where_eager_meets_the_tolerance_a_candidate_just_past_it_is_a_mismatch(tmp_path: Path):
+    result, log = verify_cumsum(tmp_path, 1e-4, PAST_TOLERANCE)
+    assert result.failure_kind == "mismatch" and "off by 1.2" in result.message, result.message
+    assert "widened" not in result.message + log

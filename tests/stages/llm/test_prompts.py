@@ -65,6 +65,15 @@ def test_the_best_so_far_is_the_kernel_to_beat_with_its_times_and_profile() -> N
     assert "512.2 us" in elsewhere and "# rowwise seed" not in elsewhere
 
 
+def test_the_policy_says_which_fp32_products_may_use_tf32() -> None:
+    from kernelflow.stages.contracts import Policy
+    from kernelflow.stages.llm.prompts import _policy
+
+    assert "fp32 convolution through cuDNN (torch conv) runs in TF32" in _policy(Policy())
+    assert "fp32 convolution must stay IEEE fp32 too" in _policy(Policy(conv_tf32=False))
+    assert "fp32 matmul and convolution may use TF32" in _policy(Policy(allow_tf32=True))
+
+
 def test_a_missing_variable_is_an_error_not_an_empty_string() -> None:
     with pytest.raises(jinja2.UndefinedError):
         render_prompt("debug_patch.j2", parent=None)

@@ -125,6 +125,18 @@ def test_tf32_policy_lowers_an_fp32_matmul_floor(tmp_path):
     assert sol_floor_us(work, H200, Policy(allow_tf32=True)) < sol_floor_us(work, H200) / 5
 
 
+def test_fp32_convolutions_count_at_the_tf32_peak_where_cudnn_may_use_it(tmp_path):
+    """Policy.conv_tf32 (PyTorch's default) lets cuDNN run fp32 convolutions in TF32: the floor must bound that too;
+    a candidate's own kernels still may not use TF32 (tensor_core_eligible)."""
+    conv, mm = work_of(tmp_path, CONV, "conv"), work_of(tmp_path, MATMUL.format(dtype="torch.float32"), "mm")
+    assert (conv.conv_flops, conv.conv_tf32, conv.tensor_core_eligible) == (conv.matmul_flops, True, False)
+    assert (mm.conv_flops, mm.conv_tf32) == (0, False)
+    big = conv.model_copy(update={"matmul_flops": 10**13, "conv_flops": 10**13, "flops": 10**13 + 640.0})
+    ieee, tf32 = sol_floor_us(big, H200, Policy(conv_tf32=False)), sol_floor_us(big, H200)
+    assert math.isclose(ieee, 1e13 / H200.fp32_flops_per_s * 1e6, rel_tol=1e-6)
+    assert math.isclose(tf32, 1e13 / H200.tf32_flops_per_s * 1e6, rel_tol=1e-6)
+
+
 def test_classes_memory_compute_latency(tmp_path):
     assert analytic_bound(work_of(tmp_path, SOFTMAX, "sm", "gpu"), H200) == "memory"
     bf16 = work_of(tmp_path, MATMUL.format(dtype="torch.bfloat16"), "mm16", "gpu")
