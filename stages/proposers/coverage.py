@@ -56,8 +56,9 @@ class Entry:
     error: str = ""
 
 
-def scan(paths: list[Path]) -> list[Entry]:
-    """The coverage of each problem file (a SOL-ExecBench definition already translated to its module)."""
+def scan(paths: list[Path], device: Device | None = None, families: list[str] | None = None) -> list[Entry]:
+    """The coverage of each problem file (a SOL-ExecBench definition already translated to its module) for `device`,
+    of `families` (None: all)."""
     entries = []
     for path in paths:
         try:
@@ -65,7 +66,7 @@ def scan(paths: list[Path]) -> list[Entry]:
         except ProblemError as e:
             entries.append(Entry(path, path.stem, None, str(e)))
             continue
-        entries.append(Entry(path, problem.id, coverage(problem)))
+        entries.append(Entry(path, problem.id, coverage(problem, device, families)))
     return entries
 
 
