@@ -40,6 +40,7 @@ from kernelflow.stages.measure.timing import (
 )
 from kernelflow.stages.problems.held_out import held_out, perturb
 from kernelflow.stages.problems.kernelbench import load_problem
+from tests.families import WRITTEN
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "adversarial"
@@ -243,11 +244,20 @@ def test_static_rules_follow_the_policy():
     assert static_checks.findings("from kernelflow.stages.backends.cutlass import include_dirs", SOFTMAX) == []  # cute's header finder
 
 
+# Inductor's code for problems of each kind it writes (a pointwise chain, a conv with its epilogue, row softmaxes)
+INDUCTOR_SOURCES = ["09_silu", "13_conv2d_bias_relu_scale", "18_scaled_bias_softmax", "31_masked_softmax"]
+
+
 @pytest.mark.slow
 def test_no_honest_source_breaks_a_static_rule():
-    """Every builtin proposal for every problem, the prompts' examples, the candidate and defect fixtures."""
+    """Every proposal of the families kernelflow writes for every problem, the inductor family's for problems of
+    each kind it writes, the prompts' examples, the candidate and defect fixtures."""
     sources = [c.source for p in sorted((ROOT / "problems").glob("*.py"))
-               for c in generate.run(GenerateRequest(problem=load_problem(p), n=6)).candidates]
+               for c in generate.run(GenerateRequest(problem=load_problem(p), n=6, families=WRITTEN)).candidates]
+    inductor = [c.source for stem in INDUCTOR_SOURCES for c in generate.run(GenerateRequest(
+        problem=load_problem(ROOT / "problems" / f"{stem}.py"), n=3, families=["inductor"])).candidates]
+    assert len(inductor) == 3 * len(INDUCTOR_SOURCES)
+    sources += inductor
     files = [*ROOT.glob("prompts/examples/*.py"), *ROOT.glob("tests/fixtures/candidates/*.py"),
              *ROOT.glob("tests/fixtures/defects/*.py")]
     sources += [f.read_text() for f in files]
