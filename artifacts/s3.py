@@ -91,6 +91,10 @@ class S3Remote:
                 raise FileNotFoundError(f"{self.url}/{rel} does not exist") from e
             raise StoreUnavailable(self.url, f"{action} {rel}", _cause(e)) from e
 
+    def probe(self) -> None:
+        """Raise StoreUnavailable unless the endpoint answers and lets us list the store's prefix (one key at most)."""
+        self._call("list", "", self.client.list_objects_v2, Bucket=self.bucket, Prefix=self.key(""), MaxKeys=1)
+
     def exists(self, rel: str) -> bool:
         try:
             self._call("HEAD", rel, self.client.head_object, Bucket=self.bucket, Key=self.key(rel))

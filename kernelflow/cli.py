@@ -1,27 +1,29 @@
 """kernelflow's command line: optimize, problems validate/coverage/roofline, verify, bench, show, report, flush,
-export, campaign, deploy, serve."""
+export, campaign, deploy, serve.
+
+A user's mistake ends a command with one or two plain lines naming what to fix and exit status 1 (2 for argparse's
+usage errors): each command checks what it was given before it starts work (kernelflow/preflight.py), and `main`
+turns any exception into lines (preflight.explain). Tracebacks only with --debug or KERNELFLOW_DEBUG=1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kernelflow.flows.config import RunConfig
-    from kernelflow.stages.contracts import Device
     from kernelflow.stages.executors.run import Mode
-
-
-def _default_device() -> Device:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _problem_paths(args: list[str]) -> list[Path]:
@@ -100,25 +102,26 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
     """`verify` (timed False) and `bench`: a user's candidate file through the run steps (flows/steps.py)."""
+    from kernelflow import preflight
+
+    mode = _executor(args)  # the checks that need no torch first
+    source = preflight.candidate_source(args.candidate)
+    chosen_baselines = preflight.baselines(args.baselines)
+    device = preflight.device(args.device)
+    _, problem = preflight.problem(args.problem)
+    store = preflight.store(args.store)
     from kernelflow.artifacts.problem_runs import index
-    from kernelflow.artifacts.store import Store
     from kernelflow.flows.recorder import Recorder
     from kernelflow.flows.steps import Steps
     from kernelflow.stages.contracts import Candidate, Origin
     from kernelflow.stages.harness.candidate import backend_of
     from kernelflow.stages.problems import defaults
-    from kernelflow.stages.problems.kernelbench import load_problem
-    from kernelflow.stages.problems.solexec import resolve
 
-    problem = load_problem(resolve(args.problem))
-    source = Path(args.candidate).read_text()
     candidate = Candidate.make(problem.id, args.backend or backend_of(source), source,
                                Origin(kind="user", proposer="file", params={"path": str(Path(args.candidate).resolve())}))
-    device: Device = args.device or _default_device()
     sizes = args.sizes or defaults.timed_sizes(problem, device)
-    store = Store(args.store)
     run_id = f"cli-{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}"
-    steps = Steps(Recorder(store, run_id), _executor(args), args.timeout)
+    steps = Steps(Recorder(store, run_id), mode, args.timeout)
     print(f"{candidate.backend} candidate {candidate.id} for {problem.id} on {device}; artifacts under "
           f"{store.location} (run {run_id})", flush=True)
     results: list = [steps.compile(problem, candidate)]
@@ -133,8 +136,7 @@ def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
     if not timed:
         print("VERIFIED")
         return 0
-    baselines = args.baselines.split(",") if args.baselines else defaults.baselines(device)
-    timed_result = steps.benchmark(problem, candidate, device, sizes, baselines,
+    timed_result = steps.benchmark(problem, candidate, device, sizes, chosen_baselines or defaults.baselines(device),
                                    budget_s=defaults.timing_budget_s(device))
     index(store, problem.id, run_id)  # a run that timed the problem: `kernelflow export` considers it
     kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
@@ -149,10 +151,10 @@ def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from kernelflow import preflight
     from kernelflow.artifacts.leaderboard import baseline_medians, leaderboard, render_board
-    from kernelflow.artifacts.store import Store
 
-    store = Store(args.store)
+    store = preflight.store(args.store, reading=True)
     runs = store.runs()
     if runs.empty:
         print(f"no runs in {store.location}", file=sys.stderr)
@@ -179,18 +181,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from kernelflow import preflight
     from kernelflow.artifacts.analysis import resolve_runs
     from kernelflow.artifacts.report import report
-    from kernelflow.artifacts.store import Store
-    from kernelflow.stages.errors import KernelflowError
 
-    store = Store(args.store)
-    try:
-        run_ids = resolve_runs(store, args.runs, args.campaign)
-    except KernelflowError as e:
-        print(e, file=sys.stderr)
-        return 1
     out = Path(args.out)
+    if not out.parent.is_dir():
+        raise preflight.UserError(f"--out {args.out}: no such directory {out.parent}")
+    store = preflight.store(args.store, reading=True)
+    run_ids = resolve_runs(store, args.runs, args.campaign)
     out.write_text(report(store, run_ids))
     print(f"report of {len(run_ids)} run(s) written to {out.resolve()}")
     return 0
@@ -198,9 +197,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_flush(args: argparse.Namespace) -> int:
     """Opening an S3 store already tries its spool (the uploads an unreachable S3 left pending): report what is left."""
-    from kernelflow.artifacts.store import Store
+    from kernelflow import preflight
 
-    store = Store(args.store)
+    store = preflight.store(args.store, reading=True, probe=False)  # an S3 store that does not answer: said below
     left = store.mirror.pending() if store.mirror else []
     print(f"{len(left)} artifact file(s) still wait in {store.root / 'spool'} for {store.location}" if left else
           f"nothing pending: every artifact is in {store.location}")
@@ -208,11 +207,12 @@ def cmd_flush(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from kernelflow.artifacts.store import Store
+    from kernelflow import preflight
     from kernelflow.export import ExportError, export
 
+    store = preflight.store(args.store, reading=True)
     try:
-        manifest = export(Store(args.store), args.problem, args.out, run_id=args.run,
+        manifest = export(store, args.problem, args.out, run_id=args.run,
                           even_if_slower=args.even_if_slower, force=args.force)
     except ExportError as e:
         print(f"nothing exported: {e}", file=sys.stderr)
@@ -238,27 +238,37 @@ def _policy(pairs: list[str] | None) -> dict | None:
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
-    """The optimize command's options as a RunConfig."""
-    from kernelflow.flows.config import LLMLimits, RunConfig
+    """The optimize command's options as a RunConfig; a value it refuses is an error naming the option."""
+    from pydantic import ValidationError
 
-    return RunConfig(
-        budget=args.budget, wall_time_s=args.wall_time, gpu_seconds=args.gpu_seconds, target_sol=args.target_sol,
-        strategy=args.strategy, proposer=args.proposer, backend=args.backend,
-        llm=LLMLimits(model=args.model, max_tokens=args.llm_max_tokens, max_usd=args.llm_max_usd),
-        device=args.device, sizes=args.sizes, baselines=args.baselines.split(",") if args.baselines else None,
-        executor=args.executor, image=args.image, store=args.store, policy=_policy(args.policy),
-        warm_start=args.warm_start, timing_budget_s=args.timing_budget, seeds=args.seeds,
-        families=args.families.split(",") if args.families else None)
+    from kernelflow.flows.config import LLMLimits, RunConfig
+    from kernelflow.preflight import options_error
+
+    try:
+        return RunConfig(
+            budget=args.budget, wall_time_s=args.wall_time, gpu_seconds=args.gpu_seconds, target_sol=args.target_sol,
+            strategy=args.strategy, proposer=args.proposer, backend=args.backend,
+            llm=LLMLimits(model=args.model, max_tokens=args.llm_max_tokens, max_usd=args.llm_max_usd),
+            device=args.device, sizes=args.sizes, baselines=args.baselines.split(",") if args.baselines else None,
+            executor=args.executor, image=args.image, store=args.store, policy=_policy(args.policy),
+            warm_start=args.warm_start, timing_budget_s=args.timing_budget, seeds=args.seeds,
+            families=args.families.split(",") if args.families else None)
+    except ValidationError as e:
+        raise options_error(e) from e
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    from kernelflow.stages.problems.solexec import resolve
+    from kernelflow import preflight
 
-    _executor(args)  # --image and --executor checked before Prefect starts
+    _executor(args)
+    config = run_config(args)
+    path, problem = preflight.problem(args.problem)
+    preflight.run(config, problem, resume=args.resume)  # all before Prefect starts
     _prefect_api()
     from kernelflow.flows.optimize import optimize
 
-    summary = optimize(str(Path(resolve(args.problem)).resolve()), run_config(args), resume=args.resume)
+    _plain_prefect_logs(args)
+    summary = optimize(path, config, resume=args.resume)
     print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
           f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
@@ -268,21 +278,48 @@ def _prefect_api() -> None:
     """Before a command that runs flows imports Prefect: the API it talks to, if none is configured a local server
     that ends with this process (kernelflow/local_server.py), never one that outlives a killed run."""
     from kernelflow.local_server import ensure
+    from kernelflow.preflight import prefect_api
 
+    prefect_api()
     ensure(float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_S)))
 
 
-def cmd_campaign(args: argparse.Namespace) -> int:
-    from kernelflow.flows.suite import SuiteError, load_suite
+def _plain_prefect_logs(args: argparse.Namespace) -> None:
+    """Without --debug, Prefect's console log lines keep their message (a failed flow's names the exception) and lose
+    the traceback; its API log handler, which formats records first, keeps them for the UI."""
+    if _debug(args):
+        return
+    for handler in logging.getLogger().handlers:
+        if type(handler).__name__ == "PrefectConsoleHandler" and not hasattr(handler.format, "plain"):
+            handler.format = _without_traceback(handler.format)  # type: ignore[method-assign,assignment]
 
-    try:
-        load_suite(args.suite)  # say what is wrong with the file before Prefect starts
-    except SuiteError as e:
-        print(e, file=sys.stderr)
-        return 1
+
+def _without_traceback(format_record: Callable[[logging.LogRecord], str]) -> Callable[[logging.LogRecord], str]:
+    def format(record: logging.LogRecord) -> str:
+        kept = record.exc_info, record.exc_text, record.stack_info
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return format_record(record)
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = kept
+
+    format.plain = True  # type: ignore[attr-defined]
+    return format
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from kernelflow import preflight
+    from kernelflow.flows.suite import load_suite
+
+    suite = load_suite(args.suite)  # the file, then every entry, before Prefect starts
+    remote = (args.dispatch or suite.dispatch.mode) == "deployments"
+    preflight.suite(suite, args.store, here=not remote)
     _prefect_api()
     from kernelflow.flows.campaign import campaign
 
+    _plain_prefect_logs(args)
+    if remote:
+        preflight.dispatch_target(suite.dispatch)
     summary = campaign(str(Path(args.suite).resolve()), store=args.store, dispatch=args.dispatch)
     for entry, outcome in summary["problems"].items():
         print(f"{entry:28s} {outcome['status']:9s} {outcome['verdict']:12s} {outcome['run_id'] or '-'}")
@@ -293,7 +330,21 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
+    from kernelflow.preflight import UserError
+
+    if args.prefect_file and not Path(args.prefect_file).is_file():
+        raise UserError(f"--prefect-file {args.prefect_file}: no such file")
+    from prefect.settings import get_current_settings
+
     from kernelflow.deploy import deploy
+    from kernelflow.local_server import answers
+
+    if not (url := get_current_settings().api.url):
+        raise UserError("deploy: no Prefect API is configured: set PREFECT_API_URL to your Prefect server (e.g. "
+                        "http://HOST:4200/api; infra/README.md)")
+    if not answers(url):
+        raise UserError(f"deploy: the Prefect API at {url} (PREFECT_API_URL) does not answer; start the server or "
+                        "fix the URL")
 
     applied = deploy(gpus=args.gpus, host=args.host, image=args.image, workdir=args.workdir, pool_type=args.pool_type,
                      **({"prefect_file": Path(args.prefect_file)} if args.prefect_file else {}))
@@ -304,7 +355,15 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from kernelflow import preflight
+    from kernelflow.flows.suite import load_suite
+
+    suite = load_suite(args.suite)  # refuse a broken suite now, not at 2 am
+    remote = (args.dispatch or suite.dispatch.mode) == "deployments"
+    preflight.suite(suite, args.store, here=not remote)
     _prefect_api()
+    if remote:
+        preflight.dispatch_target(suite.dispatch)
     from kernelflow.deploy import serve
 
     when = {"cron": args.cron} if args.cron else {}  # default: the nightly schedule of infra/prefect.yaml
@@ -338,6 +397,7 @@ def _executor(args: argparse.Namespace) -> Mode:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kernelflow", description=__doc__)
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error (also KERNELFLOW_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
@@ -455,14 +515,61 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--store", help=STORE_HELP + "; overrides the suite's")
     v.add_argument("--dispatch", choices=["local", "deployments"], help="overrides the suite's")
     v.set_defaults(fn=cmd_serve)
+    _debug_everywhere(sub)
     return p
+
+
+def _debug_everywhere(sub: argparse._SubParsersAction) -> None:
+    """--debug after the command too (`kernelflow verify P C --debug`); the main parser's default stands."""
+    for command in set(sub.choices.values()):
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _debug_everywhere(action)
+
+
+def _debug(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get("KERNELFLOW_DEBUG") == "1"
 
 
 EPHEMERAL_STARTUP_S = 120  # seconds the local Prefect server may take to start (main)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; an error ends it with preflight.explain's lines and status 1 (130 when interrupted), its
+    traceback only with --debug or KERNELFLOW_DEBUG=1."""
     args = parser().parse_args(argv)
+    if _debug(args):
+        return _run(args)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _plain_warnings(warnings.showwarning)
+            return _run(args)
+    except KeyboardInterrupt:
+        print("kernelflow: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        from kernelflow.preflight import explain
+
+        for line in explain(e):
+            print(f"kernelflow: error: {line}", file=sys.stderr)
+        return 1
+
+
+def _plain_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """kernelflow's own warnings (an S3 store's uploads left in the spool, a suite's broken entry) as one line; others
+    as `show` shows them."""
+    def plain(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None,
+              line: str | None = None) -> None:
+        if category.__module__.startswith("kernelflow."):
+            print(f"kernelflow: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return plain
+
+
+def _run(args: argparse.Namespace) -> int:
     if home := os.environ.get("PREFECT_HOME"):  # Prefect creates its home without parents, then fails to start
         Path(home).expanduser().mkdir(parents=True, exist_ok=True)
     # The local server's first start creates and migrates its database, which on a small machine under load can
