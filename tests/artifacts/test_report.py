@@ -60,7 +60,11 @@ def test_analysis_frames_agree_with_the_runs_own_records(campaign):
         assert list(rows["index"]) == list(range(1, len(rows) + 1))
         assert len(rows) == runs.n_candidates[run] and rows.verified.sum() == runs.n_verified[run]
         assert rows.best_so_far.max() == pytest.approx(runs.best_speedup_vs_eager[run])
-    assert analysis.funnel(cands) == {"generated": 5, "compiled": 5, "verified": 4, "faster than eager": 0}  # CPU
+    # the judged candidate fails verify; whether the ladder verifies its second candidate or prunes it at rung 1
+    # depends on the CPU's timings: the funnel counts what the runs recorded
+    verified = int(runs.n_verified.sum())
+    assert verified >= 3 and analysis.funnel(cands) == {"generated": 5, "compiled": 5, "verified": verified,
+                                                        "faster than eager": 0}  # CPU
     assert cands[cands.run_id == judged].reason.iloc[0].startswith("verify failed: policy_violation: ")  # torch math
     times = analysis.stage_times(store, ids)
     assert times[times.stage == "compile"].calls.sum() == len(analysis.load(store, "compiles", ids))
