@@ -6,6 +6,8 @@ STAMP   := $(VENV)/.installed
 # Exact pins for what would otherwise pull a multi-GB CUDA build: the CPU wheel on our machines.
 TORCH   ?= torch==2.13.0
 TRITON  ?= triton==3.6.0
+# kernelflow's CLI sets the same Prefect defaults itself (kernelflow/cli.py kernelflow_defaults); exported here
+# for what runs without it (the tests, scripts/)
 export PREFECT_HOME ?= $(CURDIR)/.kernelflow/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_LOGGING_LEVEL ?= INFO

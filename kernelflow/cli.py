@@ -17,10 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from kernelflow.flows.config import RunConfig
     from kernelflow.stages.executors.run import Mode
@@ -535,9 +533,26 @@ def _debug(args: argparse.Namespace) -> bool:
 EPHEMERAL_STARTUP_S = 120  # seconds the local Prefect server may take to start (main)
 
 
+def kernelflow_defaults(environ: Mapping[str, str], cwd: Path) -> dict[str, str]:
+    """The environment settings kernelflow runs Prefect with, those of them `environ` does not set already: Prefect's
+    home in <cwd>/.kernelflow/prefect (beside the default store ./runs, so a later `prefect server start` with the same
+    PREFECT_HOME shows every run), analytics off (else "database is locked" noise on a fresh database), per-task state
+    lines quiet (the flow's own progress lines stay), and a startup deadline for the local server's first start, which
+    creates and migrates its database and can outlast Prefect's 20 s default on a small loaded machine."""
+    defaults = {
+        "PREFECT_HOME": str(cwd / ".kernelflow" / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": str(EPHEMERAL_STARTUP_S),
+    }
+    return {key: value for key, value in defaults.items() if key not in environ}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run a command; an error ends it with preflight.explain's lines and status 1 (130 when interrupted), its
-    traceback only with --debug or KERNELFLOW_DEBUG=1."""
+    traceback only with --debug or KERNELFLOW_DEBUG=1. kernelflow's Prefect settings (kernelflow_defaults) are set
+    first, before any command imports Prefect, which reads them then."""
+    os.environ.update(kernelflow_defaults(os.environ, Path.cwd()))
     args = parser().parse_args(argv)
     if _debug(args):
         return _run(args)
@@ -572,10 +587,6 @@ def _plain_warnings(show: Callable[..., None]) -> Callable[..., None]:
 def _run(args: argparse.Namespace) -> int:
     if home := os.environ.get("PREFECT_HOME"):  # Prefect creates its home without parents, then fails to start
         Path(home).expanduser().mkdir(parents=True, exist_ok=True)
-    # The local server's first start creates and migrates its database, which on a small machine under load can
-    # outlast Prefect's 20 s default (docs/LOG.md). Set before any command imports Prefect, which reads its settings
-    # then; a user's own value stands.
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(EPHEMERAL_STARTUP_S))
     return args.fn(args)
 
 

@@ -92,6 +92,28 @@ def test_a_fresh_prefect_home_is_created_with_its_parents(tmp_path: Path, monkey
     assert main(["problems", "validate", str(ROOT / "problems" / "09_silu.py")]) == 0 and home.is_dir()
 
 
+def test_kernelflow_sets_its_prefect_defaults_where_the_user_has_not(tmp_path: Path):
+    """Prefect's home beside the default store, analytics off, task state lines quiet; a user's own value stands."""
+    from kernelflow.cli import kernelflow_defaults
+
+    defaults = kernelflow_defaults({}, tmp_path)
+    assert defaults["PREFECT_HOME"] == str(tmp_path / ".kernelflow" / "prefect")
+    assert defaults["PREFECT_SERVER_ANALYTICS_ENABLED"] == "false"
+    assert defaults["PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL"] == "WARNING"
+    assert "PREFECT_HOME" not in kernelflow_defaults({"PREFECT_HOME": "/elsewhere"}, tmp_path)
+
+
+def test_the_cli_without_make_runs_prefect_in_the_working_directorys_home(tmp_path: Path):
+    """`kernelflow ...` in a clean environment: the Prefect it imports has its home in <cwd>/.kernelflow/prefect, as
+    under `make`, so `PREFECT_HOME=.kernelflow/prefect prefect server start` shows its runs."""
+    script = ("import sys; from kernelflow import cli; cli.cmd_validate = lambda a: print("
+              "__import__('prefect.settings').settings.get_current_settings().home) or 0; sys.exit(cli.main("
+              "['problems', 'validate', 'x']))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0 and out.stdout.strip() == str(tmp_path / ".kernelflow" / "prefect"), out.stderr
+
+
 def test_the_local_prefect_server_may_take_longer_to_start_than_prefects_default(monkeypatch):
     """A new database is migrated on the first start: that outlasted Prefect's 20 s once in a fresh clone."""
     from kernelflow.cli import EPHEMERAL_STARTUP_S, main
