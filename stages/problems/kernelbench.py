@@ -158,13 +158,17 @@ def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = 
     """Call get_inputs/get_init_inputs with the workload's constants set (restored afterwards).
 
     With `device`, tensors the function creates are created there directly (no multi-GB CPU draw and copy);
-    `meta` gives shapes and dtypes only."""
+    `meta` gives shapes and dtypes only: torch.distributions' argument checks read values (`.item()`), which meta
+    tensors have none of, so they are off for a meta call."""
     import torch
 
     saved = {k: getattr(module, k) for k in workload.params}
+    validate = torch.distributions.Distribution._validate_args
     try:
         for k, v in workload.params.items():
             setattr(module, k, v)
+        if meta:
+            torch.distributions.Distribution.set_default_validate_args(False)
         with torch.device("meta" if meta else device or "cpu"):
             result = getattr(module, fn)()
     except ProblemError:
@@ -172,6 +176,7 @@ def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = 
     except Exception as e:
         raise ProblemError(where or module.__name__, f"{fn}() fails for workload {workload.name}: {type(e).__name__}: {e}") from e
     finally:
+        torch.distributions.Distribution.set_default_validate_args(validate)
         for k, v in saved.items():
             setattr(module, k, v)
     return result

@@ -80,6 +80,15 @@ def get_init_inputs():
 '''
 
 
+def test_inputs_drawn_from_a_checked_distribution_load_on_meta():
+    """Its sample is taken on meta tensors for the GPU shape (torch.distributions' checks are off for that call
+    only), and the loss family takes it."""
+    from kernelflow.stages.proposers.coverage import coverage
+
+    problem = load_problem(ROOT / "tests" / "fixtures" / "problems" / "pareto_hinge.py")
+    assert problem.dtype == "float32" and torch.distributions.Distribution._validate_args
+    assert coverage(problem, "cpu", ["loss"]).matched == ["loss"]
+
 def test_size_constants_are_the_ints_the_input_functions_read(tmp_path: Path):
     """Followed through a helper, a comprehension and a lambda; floats, bools, non-positive ints and constants that
     neither function reads are left out; the module's own order."""
