@@ -53,6 +53,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except ProblemError as e:
             broken += 1
             print(f"BROKEN  {e}")
+    print(f"{len(paths)} file{'s' if len(paths) != 1 else ''}: {len(paths) - broken} ok, {broken} broken")
     return 1 if broken else 0
 
 
@@ -87,15 +88,33 @@ def _clip(text: str, width: int) -> str:
 
 
 def cmd_roofline(args: argparse.Namespace) -> int:
+    """Counted work, SOL floor and bottleneck class per GPU workload; counts in engineering notation."""
+    from kernelflow.artifacts.fmt import eng, us
+    from kernelflow.stages.errors import ProblemError
+    from kernelflow.stages.measure.ceilings import peaks_for
     from kernelflow.stages.measure.peaks import KNOWN_PEAKS
-    from kernelflow.stages.measure.roofline import print_table
-
-    if args.gpu not in KNOWN_PEAKS:
-        print(f"no ceilings known for {args.gpu!r}; known: {', '.join(KNOWN_PEAKS)}", file=sys.stderr)
-        return 1
+    from kernelflow.stages.measure.roofline import analytic_bound, count_work, sol_floor_us
+    from kernelflow.stages.problems.kernelbench import load_problem
     from kernelflow.stages.problems.solexec import resolve
 
-    return print_table([resolve(p, deferred=True) for p in args.paths], gpu=args.gpu)
+    if args.gpu not in KNOWN_PEAKS or (peaks := peaks_for(args.gpu)) is None:
+        print(f"no ceilings known for {args.gpu!r}; known: {', '.join(KNOWN_PEAKS)}", file=sys.stderr)
+        return 1
+    print(f"{'problem':28} {'workload':8} {'mm GFLOP':>9} {'GFLOP':>9} {'ops/el':>7} {'MB':>8} "
+          f"{'floor us':>9} class    ({args.gpu})")
+    failed = 0
+    for path in _problem_paths(args.paths):
+        try:
+            problem = load_problem(resolve(path, deferred=True))
+            for w in problem.gpu_workloads:
+                work = count_work(problem, w)
+                print(f"{problem.id:28} {w.name:8} {eng(work.matmul_flops / 1e9):>9} {eng(work.flops / 1e9):>9} "
+                      f"{eng(work.pointwise_ops_per_element):>7} {eng(work.bytes_min / 1e6):>8} "
+                      f"{us(sol_floor_us(work, peaks)):>9} {analytic_bound(work, peaks)}")
+        except ProblemError as e:
+            print(e, file=sys.stderr)
+            failed += 1
+    return 1 if failed else 0
 
 
 def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
@@ -108,6 +127,7 @@ def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
     device = preflight.device(args.device)
     _, problem = preflight.problem(args.problem)
     store = preflight.store(args.store)
+    from kernelflow.artifacts import fmt
     from kernelflow.artifacts.problem_runs import index
     from kernelflow.flows.recorder import Recorder
     from kernelflow.flows.steps import Steps
@@ -139,17 +159,22 @@ def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
     index(store, problem.id, run_id)  # a run that timed the problem: `kernelflow export` considers it
     kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
     print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")
+    if timed_result.status != "ok" or not timed_result.timings:
+        print("REJECTED", file=sys.stderr)
+        return 1
     unit = "GPU" if device == "cuda" else "CPU (not comparable with GPU numbers)"
     print(f"{'workload':10s} {'contender':10s} {'median us':>12s} {'95% CI':>24s} {'reps':>5s}   [{unit}]")
     for t in timed_result.timings:
-        print(f"{t.workload:10s} {t.contender:10s} {t.median_us:12.1f} {f'[{t.ci_low_us:.1f}, {t.ci_high_us:.1f}]':>24s}"
-              f" {t.n_reps:5d}")
-    print(f"speedup vs eager {timed_result.speedup_vs_eager}, vs torch.compile {timed_result.speedup_vs_compile}")
-    return 0 if timed_result.status == "ok" else 1
+        print(f"{t.workload:10s} {t.contender:10s} {fmt.us(t.median_us):>12s} "
+              f"{f'[{fmt.us(t.ci_low_us)}, {fmt.us(t.ci_high_us)}]':>24s} {t.n_reps:5d}")
+    print(f"speedup vs eager {fmt.speedup(timed_result.speedup_vs_eager)}, vs torch.compile "
+          f"{fmt.speedup(timed_result.speedup_vs_compile)}")
+    return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     from kernelflow import preflight
+    from kernelflow.artifacts import fmt
     from kernelflow.artifacts.leaderboard import baseline_medians, leaderboard, render_board
 
     store = preflight.store(args.store, reading=True)
@@ -165,7 +190,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     r = record.iloc[0]
     print(f"run {run_id}: {r.problem_id} on {r.device} ({r.sizes} shapes), {r.status}: {r.stop_reason}")
     print(f"candidates {r.n_candidates}, verified {r.n_verified}, best {r.best_candidate_id} "
-          f"({r.best_speedup_vs_eager} x eager)")
+          f"({fmt.speedup(r.best_speedup_vs_eager)} vs eager)")
     note = r.get("winner_note")  # NaN for runs recorded before the seeds rule
     print((note if isinstance(note, str) and note else "winner: not recorded (the run did not finish)") + "\n")
     if r.device == "cpu":
@@ -174,7 +199,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(render_board(leaderboard(store, run_id)))
     base = baseline_medians(store, run_id)
     if not base.empty:
-        print("\nbaseline medians (us), per workload:\n" + base.to_string())
+        print("\nbaseline medians (us), per workload:\n" + base.to_string(float_format=fmt.us))
     return 0
 
 
@@ -266,9 +291,12 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelflow.flows.optimize import optimize
 
     _plain_prefect_logs(args)
-    summary = optimize(path, config, resume=args.resume)
-    print(f"\nbest candidate: {summary['best_candidate_id']} ({summary['best_speedup_vs_eager']} x eager)\n"
-          f"{summary['winner_note']}\n`kernelflow show {summary['run_id']} --store {summary['store']}`")
+    summary = optimize(path, config, resume=args.resume)  # the flow printed the leaderboard and the winner
+    from kernelflow.artifacts.fmt import speedup
+
+    print(f"\nbest candidate: {summary['best_candidate_id'] or 'none verified'} "
+          f"({speedup(summary['best_speedup_vs_eager'])} vs eager); "
+          f"again with `kernelflow show {summary['run_id']} --store {summary['store']}`")
     return 0
 
 

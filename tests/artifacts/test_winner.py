@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from kernelflow.artifacts.leaderboard import leaderboard
+from kernelflow.artifacts import fmt
+from kernelflow.artifacts.leaderboard import leaderboard, render_board
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.winner import winner
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, RungRecord, Timing
@@ -94,3 +95,21 @@ def test_a_store_from_before_the_flag_follows_the_ladders_rungs(tmp_path: Path):
                                 for c, o, s in (("first", "accepted", 2.0), ("close", "kept", 2.1))])
     won = winner(store, "r")
     assert won is not None and won.id == "first"
+
+
+def test_the_rendered_board_names_its_workloads_and_says_why_a_column_is_empty(tmp_path: Path):
+    store = Store(tmp_path)
+    cand = Candidate.make("p", "triton", "class ModelNew: ...", Origin(kind="builtin", proposer="rowwise", params={}))
+    store.append("candidates", "r", [cand])
+    call(store, cand.id, {"candidate": [300.04, 600], "eager": [400, 700]})
+    text = render_board(leaderboard(store, "r"))
+    assert "median_us (w0/w1)" in text and "300.0/600.0" in text and "1.25x" in text, text
+    assert text.splitlines()[-1].startswith("speedup_vs_compile -: torch.compile was not timed in this run "
+                                            "(baselines: eager"), text
+
+
+def test_numbers_print_to_three_significant_digits_or_one_decimal_of_a_microsecond():
+    assert [fmt.speedup(x) for x in (0.01451952968295369, 1.4319, 1430.2, None, float("nan"))] == \
+        ["0.0145x", "1.43x", "1430x", "not timed", "not timed"]
+    assert [fmt.eng(x) for x in (5243174913.0, 2.5, 812.3, 999.9, 0.0)] == ["5.24G", "2.50", "812", "1.00k", "0"]
+    assert fmt.us(216.24) == "216.2" and fmt.us(None) == "-"

@@ -45,6 +45,7 @@ def test_show_reads_a_run_without_torch_prefect_or_triton(tmp_path: Path):
     best = a_run(Store(tmp_path))
     out, imported = command("show", "latest", "--store", str(tmp_path))
     assert out.returncode == 0 and best in out.stdout and "baseline medians" in out.stdout, out.stdout + out.stderr
+    assert f"best {best} (1.50x vs eager)" in out.stdout, out.stdout
     assert imported == []
 
 
