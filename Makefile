@@ -36,7 +36,6 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/kernelflow problems validate $(DEMO_PROBLEM)
 	$(BIN)/kernelflow optimize $(DEMO_PROBLEM) --budget $(DEMO_BUDGET)
-	$(BIN)/kernelflow show latest
 
 # The browser tests (tests/artifacts/test_report.py, tests/kernelflow/test_ui.py) drive Debian's chromium through Playwright (never
 # `playwright install`: browser downloads are blocked here). Installed with apt when missing and this runs as root;
