@@ -6,11 +6,13 @@ error) is reported without it, and a problem file imports torch itself.
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import importlib.util
 import inspect
 import math
 import sys
+import threading
 from pathlib import Path
 from types import CodeType, FunctionType, ModuleType
 from typing import Any
@@ -26,6 +28,8 @@ from kernelflow.stages.contracts import (
 )
 from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.problems import fx_trace
+
+_UNCHECKED = threading.RLock()  # held while torch.distributions' checks are off for a meta call
 
 
 def import_file(path: Path, name: str) -> ModuleType:
@@ -163,23 +167,24 @@ def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = 
     import torch
 
     saved = {k: getattr(module, k) for k in workload.params}
-    validate = torch.distributions.Distribution._validate_args
-    try:
-        for k, v in workload.params.items():
-            setattr(module, k, v)
-        if meta:
-            torch.distributions.Distribution.set_default_validate_args(False)
-        with torch.device("meta" if meta else device or "cpu"):
-            result = getattr(module, fn)()
-    except ProblemError:
-        raise
-    except Exception as e:
-        raise ProblemError(where or module.__name__, f"{fn}() fails for workload {workload.name}: {type(e).__name__}: {e}") from e
-    finally:
-        torch.distributions.Distribution.set_default_validate_args(validate)
-        for k, v in saved.items():
-            setattr(module, k, v)
-    return result
+    with _UNCHECKED if meta else contextlib.nullcontext():  # the checks' switch is process-wide
+        validate = torch.distributions.Distribution._validate_args
+        try:
+            for k, v in workload.params.items():
+                setattr(module, k, v)
+            if meta:
+                torch.distributions.Distribution.set_default_validate_args(False)
+            with torch.device("meta" if meta else device or "cpu"):
+                return getattr(module, fn)()
+        except ProblemError:
+            raise
+        except Exception as e:
+            raise ProblemError(where or module.__name__,
+                               f"{fn}() fails for workload {workload.name}: {type(e).__name__}: {e}") from e
+        finally:
+            torch.distributions.Distribution.set_default_validate_args(validate)
+            for k, v in saved.items():
+                setattr(module, k, v)
 
 
 def check_runs(problem: Problem, sizes: SizeSet = "cpu") -> list[str]:

@@ -85,8 +85,9 @@ def test_inputs_drawn_from_a_checked_distribution_load_on_meta():
     only), and the loss family takes it."""
     from kernelflow.stages.proposers.coverage import coverage
 
+    checks = torch.distributions.Distribution._validate_args
     problem = load_problem(ROOT / "tests" / "fixtures" / "problems" / "pareto_hinge.py")
-    assert problem.dtype == "float32" and torch.distributions.Distribution._validate_args
+    assert problem.dtype == "float32" and torch.distributions.Distribution._validate_args is checks
     assert coverage(problem, "cpu", ["loss"]).matched == ["loss"]
 
 def test_size_constants_are_the_ints_the_input_functions_read(tmp_path: Path):
