@@ -24,8 +24,6 @@ implementation does, a cuDNN call included.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -36,10 +34,9 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from kernelflow.stages.contracts import Contract, Policy, Problem, Workload
 from kernelflow.stages.errors import ProblemError
-from kernelflow.stages.measure.ceilings import peaks_for
 from kernelflow.stages.measure.peaks import Peaks
 from kernelflow.stages.problems import fx_trace
-from kernelflow.stages.problems.kernelbench import import_problem, load_problem, workload_call
+from kernelflow.stages.problems.kernelbench import import_problem, workload_call
 
 MIXED_RATIO = 1.5  # compute and memory times within this factor of each other: "mixed"
 LATENCY_LAUNCHES = 4.0  # a floor (or measured time) at most this many launch overheads: "latency"
@@ -201,34 +198,3 @@ def sol_score(t_kernel_us: float, t_baseline_us: float, t_sol_us: float) -> floa
 def sol_fraction(t_us: float, t_sol_us: float) -> float:
     """Share of speed of light reached: T_sol / T (1.0 at the floor; above 1 is a bug or a cheat)."""
     return t_sol_us / t_us
-
-
-def _problem_files(args: list[str]) -> list[Path]:
-    return [f for a in map(Path, args) for f in (sorted(a.glob("*.py")) if a.is_dir() else [a])]
-
-
-def print_table(args: list[str], gpu: str = "NVIDIA H200") -> int:
-    """Print matmul GFLOP, total GFLOP, MB moved, the SOL floor and the class per GPU workload of each file."""
-    peaks = peaks_for(gpu)
-    assert peaks is not None, gpu
-    print(f"{'problem':28} {'workload':8} {'mm GFLOP':>9} {'GFLOP':>9} {'ops/el':>7} {'MB':>8} "
-          f"{'floor us':>9} class    ({gpu})")
-    failed = 0
-    for path in _problem_files(args):
-        try:
-            problem = load_problem(path)
-            for w in problem.gpu_workloads:
-                work = count_work(problem, w)
-                print(f"{problem.id:28} {w.name:8} {work.matmul_flops / 1e9:9.1f} {work.flops / 1e9:9.1f} "
-                      f"{work.pointwise_ops_per_element:7.2f} {work.bytes_min / 1e6:8.1f} "
-                      f"{sol_floor_us(work, peaks):9.1f} {analytic_bound(work, peaks)}")
-        except ProblemError as e:
-            print(e, file=sys.stderr)
-            failed += 1
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python -m kernelflow.stages.measure.roofline PROBLEM.py|DIR ...")
-    sys.exit(print_table(sys.argv[1:]))
