@@ -19,6 +19,7 @@ from kernelflow.stages.contracts import Coverage, Device, GenerateRequest, Probl
 from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.problems.kernelbench import load_problem
 from kernelflow.stages.proposers.builtin import _plans
+from kernelflow.stages.proposers.builtin import families as asked
 from kernelflow.stages.templates import TEMPLATES
 
 TOP_REASONS = 3  # refusal reasons a folder's summary names
@@ -27,6 +28,7 @@ TOP_REASONS = 3  # refusal reasons a folder's summary names
 def coverage(problem: Problem, device: Device | None = None, families: list[str] | None = None) -> Coverage:
     """The families that match `problem` (under its policy) for `device` (None: cuda where a GPU is visible, else
     cpu) and, per family that does not, its reason; of `families` only (None: all), the others left out unasked."""
+    asked(families)  # an unknown family is the caller's error, not the reference's
     try:
         plans, reasons = _plans(GenerateRequest(problem=problem, n=1, device=device, families=families))
     except (Exception, SystemExit) as e:  # the reference breaks the tracer: the same reason for every family

@@ -294,6 +294,8 @@ def test_a_request_asks_only_its_families(monkeypatch: pytest.MonkeyPatch) -> No
     assert covered.refused["rowwise"] != covered.refused["inductor"]  # asked, and refused for its own reason
     with pytest.raises(ValueError, match=r"unknown template families \['nope'\]; known: elementwise, rowwise"):
         generate.run(GenerateRequest(problem=problem, n=1, families=["nope"]))
+    with pytest.raises(ValueError, match="unknown template families"):
+        coverage(problem, "cpu", ["nope"])
     with pytest.raises(ValidationError, match="unknown template families"):
         RunConfig(families=["elementwise", "nope"])
 
