@@ -1,4 +1,4 @@
-"""Family `loss`: a whole tensor reduced to one scalar, in two deterministic stages (no atomics).
+"""Family `loss`: a whole tensor reduced to one scalar in two deterministic stages (no atomics), and what reads it.
 
 Two shapes of problem:
 - `whole`: sums and means of whole tensors (torch.sum(x), x.mean(), no dim) of a pointwise DAG, as the ATen
@@ -7,7 +7,10 @@ Two shapes of problem:
   flattened tensor in BLOCK chunks (whole chunks unmasked, so an odd n keeps vector loads; the ragged last chunk
   masked), each summing its chunks per lane in fp32 and storing one partial per
   reduction into a float32 buffer. Stage 2 (`_kf_loss_combine`): one program sums the partials in a fixed
-  order, applies what follows the sums (/ D for a mean) and stores the 0-dim output.
+  order, applies what follows the sums (/ D for a mean) and stores the 0-dim output. An elementwise output that
+  reads those values (x / torch.norm(x), x - x.mean()) takes a third stage: the combine stores the values it reads
+  (float32), and `_kf_loss_apply` computes the output over the flattened tensor, as the elementwise family does.
+  A sum of values that read another whole-tensor sum ((x - x.mean()) ** 2 summed) would need two passes: declined.
 - `cross_entropy`: F.cross_entropy / nn.CrossEntropyLoss of forward's logits [N, C] and int64 class targets [N]
   (reduction 'mean' or 'sum'; ignore_index honoured: an ignored row adds nothing and is not counted; no weight,
   no label smoothing). Stage 1 (`_kf_ce_partial`): each program takes ROWS rows at a time (a [ROWS, BLOCK_C]
@@ -34,7 +37,14 @@ from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import index, launch
 from kernelflow.stages.templates.lowering import Traced, lower, node_op
 from kernelflow.stages.templates.program import Operand, Plan, Program, TemplateMismatch
-from kernelflow.stages.templates.source import jit_source, line_source, module_source, operand_prologue
+from kernelflow.stages.templates.source import (
+    jit_source,
+    line_source,
+    module_source,
+    operand_prologue,
+    output_alloc,
+    store_source,
+)
 
 WHOLE_VARIANTS = ({"BLOCK": 4096, "num_warps": 8, "programs": 1024}, {"BLOCK": 2048, "num_warps": 4, "programs": 2048},
                   {"BLOCK": 8192, "num_warps": 8, "programs": 1024}, {"BLOCK": 4096, "num_warps": 8, "programs": 2048},
@@ -126,13 +136,27 @@ def match(problem: Problem, traced: Traced) -> Plan:
     program = lower(traced)
     if not program.reduces:
         raise TemplateMismatch("no reduction: not a whole-tensor reduction")
-    if index.kept(program) or program.out_shape != "()":
+    if index.kept(program):
         raise TemplateMismatch("reduces over some dims, not the whole tensor (the rowwise family's job)")
+    if program.out_kind == "elem":
+        if program.out_axes != tuple(range(len(program.sizes))):
+            raise TemplateMismatch("an elementwise output over fewer dims than the tensor reduced")
+    elif program.out_shape != "()":
+        raise TemplateMismatch(f"a whole-tensor reduction with its dims kept ({program.out_shape}): only a 0-dim "
+                               "or an elementwise output")
     if any(ln.reduce != "sum" for ln in program.lines if ln.reduce):
         raise TemplateMismatch("a maximum or minimum of a whole tensor: this family sums (sum, mean, losses)")
-    if any(program.line(d).kind == "row" for ln in program.lines if ln.kind == "elem" for d in ln.deps):
-        raise TemplateMismatch("a whole-tensor sum that feeds the elementwise part: two passes (x - x.mean())")
+    summed = program.closure([ln.deps[0] for ln in program.lines if ln.reduce])
+    if any(program.line(d).kind == "row" for ln in summed for d in ln.deps):
+        raise TemplateMismatch("a whole-tensor sum of values computed from another whole-tensor sum: two passes "
+                               "(x - x.mean())")
     return Plan(program=program, reference=traced.reference)
+
+
+def _row_inputs(program: Program) -> list[str]:
+    """The whole-tensor values (sums and what is computed from them) that an elementwise output reads."""
+    read = {d for ln in program.closure([program.output]) for d in ln.deps if program.line(d).kind == "row"}
+    return [ln.name for ln in program.lines if ln.name in read]
 
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
@@ -161,13 +185,30 @@ def _whole_partial(program: Program) -> str:
 
 
 def _whole_combine(program: Program) -> str:
+    """The sums of the partials and what follows them: stored as the 0-dim output, or (an elementwise output) the
+    values the third stage reads, as float32 into `out`."""
     body = ["i = tl.arange(0, P2)", "live = i < P"]
     for j, ln in enumerate(line for line in program.lines if line.reduce):
         body.append(f"{ln.name} = tl.sum(tl.load(part + {j} * P + i, mask=live, other=0.0), axis=0)")
     body += [line_source(ln) for ln in program.lines if ln.kind == "row" and not ln.reduce]
-    body.append(f"tl.store(out, {program.output}.to(out.dtype.element_ty))")
+    if program.out_kind == "elem":
+        body += [f"tl.store(out + {j}, {name}.to(tl.float32))" for j, name in enumerate(_row_inputs(program))]
+    else:
+        body.append(f"tl.store(out, {program.output}.to(out.dtype.element_ty))")
     args = ["part", "out", "D", "P", *(f"s{i}" for i in range(len(program.scalars))), "P2: tl.constexpr"]
     return jit_source("_kf_loss_combine", args, body)
+
+
+def _whole_apply(program: Program) -> str:
+    """The elementwise output over the flattened tensor, reading the combined values from `whole`."""
+    args = [f"p{i}" for i in range(len(program.operands))] + ["whole", "out", "n", "D", *index.size_args(program)]
+    args += [f"s{i}" for i in range(len(program.scalars))] + ["BLOCK: tl.constexpr"]
+    body = ["offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)", "mask = offs < n"]
+    body += [f"{name} = tl.load(whole + {j})" for j, name in enumerate(_row_inputs(program))]
+    body += [line_source(ln, index.flat(program, program.operands[ln.load].axes) if ln.load is not None else "")
+             for ln in program.closure([program.output])]
+    body.append(store_source(program, index.flat(program, program.out_axes)))
+    return jit_source("_kf_loss_apply", args, body)
 
 
 def _whole_forward(program: Program, params: dict[str, Any]) -> list[str]:
@@ -177,19 +218,27 @@ def _whole_forward(program: Program, params: dict[str, Any]) -> list[str]:
     operands = "".join(f"p{i}, " for i in range(len(program.operands)))
     n_reduce = sum(1 for ln in program.lines if ln.reduce)
     block = params["BLOCK"]
-    return [
+    elementwise = program.out_kind == "elem"
+    combined = f"{full}.new_empty(({len(_row_inputs(program))},), dtype=torch.float32)" if elementwise else \
+        f"{full}.new_empty((), dtype={program.out_dtype})"
+    lines = [
         *operand_prologue(program),
         *index.size_lines(program),
-        f"out = {full}.new_empty((), dtype={program.out_dtype})",
+        f"{'whole' if elementwise else 'out'} = {combined}",
         f"n = {' * '.join(index.size_args(program))}",
         f"programs = max(1, min(_kf_cdiv(n, {block}), {params['programs']}))",
         f"part = {full}.new_empty(({n_reduce}, programs), dtype=torch.float32)",
         launch.call("_kf_loss_partial", "(programs,)",
                     f"{operands}part, n{sizes}{scalars}, BLOCK={block}, num_warps={params['num_warps']}"),
-        launch.call("_kf_loss_combine", "(1,)",
-                    f"part, out, n, programs{scalars}, P2=_kf_pow2(programs), num_warps=4"),
-        "return out",
+        launch.call("_kf_loss_combine", "(1,)", f"part, {'whole' if elementwise else 'out'}, n, programs{scalars}, "
+                    "P2=_kf_pow2(programs), num_warps=4"),
     ]
+    if elementwise:
+        lines += [output_alloc(program),
+                  launch.call("_kf_loss_apply", f"(_kf_cdiv(n, {block}),)",
+                              f"{operands}whole, out, n, n{sizes}{scalars}, BLOCK={block}, "
+                              f"num_warps={params['num_warps']}")]
+    return [*lines, "return out"]
 
 
 # cross-entropy
@@ -261,4 +310,6 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
     if isinstance(plan, CrossEntropyPlan):
         return module_source(plan.program, plan.reference, [_CE_PARTIAL, _CE_COMBINE], _ce_forward(plan, params))
     kernels = [_whole_partial(plan.program), _whole_combine(plan.program)]
+    if plan.program.out_kind == "elem":
+        kernels.append(_whole_apply(plan.program))
     return module_source(plan.program, plan.reference, kernels, _whole_forward(plan.program, params))

@@ -1,4 +1,5 @@
-"""Family `loss`: whole-tensor sums/means, pointwise losses and cross-entropy to a 0-dim output in two stages.
+"""Family `loss`: whole-tensor sums/means, pointwise losses and cross-entropy to a 0-dim output in two stages (an
+elementwise output that reads the sums in a third).
 Every variant matches the reference on CPU (Triton's interpreter), compiles ahead of time for sm_90a, verifies
 inline (a second call agrees), and the family declines what it does not compute, saying why."""
 
@@ -65,6 +66,8 @@ SUPPORTED = {  # name: (forward expression, __init__ line, second input)
     "two_sums_scaled": ("(x * self.w).sum() * self.scale + torch.mean(torch.abs(y))",
                         "self.w, self.scale = nn.Parameter(torch.randn(cols)), 0.25", FLOAT),
     "broadcast_target": ("F.mse_loss(x, self.w)", "self.w = nn.Parameter(torch.randn(cols))", FLOAT),
+    "frobenius_normalized": ("x / torch.norm(x, p='fro')", "pass", FLOAT),  # elementwise output: a third stage
+    "centered": ("x * self.w - x.mean()", "self.w = nn.Parameter(torch.randn(cols))", FLOAT),
     "ce_ignored_rows": ("F.cross_entropy(x, y)", "pass", IGNORED),
     "ce_module_sum_ignore_1": ("self.loss(x, y)", "self.loss = nn.CrossEntropyLoss(ignore_index=1, reduction='sum')",
                                TARGETS),
@@ -74,6 +77,7 @@ DECLINED = {  # name: (forward expression, __init__ line, second input, reason)
     "amax": ("torch.amax(x - y)", "pass", FLOAT, "maximum or minimum of a whole tensor"),
     "dim_mean": ("torch.mean(x - y, dim=0)", "pass", FLOAT, "not the whole tensor"),
     "two_passes": ("torch.mean((x - x.mean()) ** 2)", "pass", FLOAT, "two passes"),
+    "kept_dims": ("torch.sum(x - y, dim=(0, 1), keepdim=True)", "pass", FLOAT, "with its dims kept"),
     "softmax_sum": ("torch.softmax(x, -1).sum()", "pass", FLOAT, "one set of dims"),
     "label_smoothing": ("F.cross_entropy(x, y, label_smoothing=0.1)", "pass", TARGETS, "label_smoothing=0.1"),
     "class_weights": ("self.loss(x, y)", "self.loss = nn.CrossEntropyLoss(weight=torch.ones(cols))", TARGETS,
@@ -150,6 +154,18 @@ def test_other_losses_and_sums_verify(name: str, tmp_path: Path) -> None:
     problem = synthetic(tmp_path, name, *SUPPORTED[name])
     verified(problem, candidate(problem, {"BLOCK": 16, "num_warps": 4, "programs": 5} if "ce_" not in name
                                 else {"max_block_c": 16, "num_warps": 4, "programs": 3}), tmp_path)
+
+
+def test_a_whole_tensor_norm_feeding_an_elementwise_output_is_three_stages(tmp_path: Path) -> None:
+    """x / ||x||_F: partial sums, their combination (the sum's square root, kept in float32), then the elementwise
+    output over the flattened tensor, reading it; every variant and small tiles (several programs, a ragged last
+    block) match the reference."""
+    problem = synthetic(tmp_path, "frobenius_normalized", *SUPPORTED["frobenius_normalized"])
+    plan = plan_of(problem)
+    source = FAMILY.render(plan, FAMILY.variants(plan)[0])
+    assert all(f"def {k}(" in source for k in ("_kf_loss_partial", "_kf_loss_combine", "_kf_loss_apply"))
+    for params in FAMILY.variants(plan) + [{"BLOCK": 16, "num_warps": 4, "programs": 5}]:
+        assert_matches(candidate(problem, params), Path(problem.path), tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(DECLINED))
