@@ -22,6 +22,8 @@ from kernelflow.stages.templates import TEMPLATES
 from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import Plan, TemplateMismatch
 
+LEFT_OUT = "left out by the request"  # the reason of a family the request does not ask: not a refusal
+
 
 def _distance(params: dict[str, Any], parent: dict[str, Any]) -> float:
     """Steps in log2 between numeric parameters (neighbouring tiles and warps are 1 apart)."""
@@ -80,7 +82,7 @@ def _plans(req: GenerateRequest) -> tuple[dict[str, Plan], list[str]]:
     except TemplateMismatch as e:
         traced, untraced = None, e.reason
     plans, reasons = {}, [untraced] if untraced else []
-    reasons += [f"{family}: left out by the request (families: {', '.join(asked)})"
+    reasons += [f"{family}: {LEFT_OUT} (families: {', '.join(asked)})"
                 for family in TEMPLATES if family not in asked]
     for family, template in ((f, TEMPLATES[f]) for f in asked):
         try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from kernelflow.stages.contracts import Coverage, Device, GenerateRequest, Problem
 from kernelflow.stages.errors import ProblemError
 from kernelflow.stages.problems.kernelbench import load_problem
-from kernelflow.stages.proposers.builtin import _plans
+from kernelflow.stages.proposers.builtin import LEFT_OUT, _plans
 from kernelflow.stages.proposers.builtin import families as asked
 from kernelflow.stages.templates import TEMPLATES
 
@@ -90,7 +90,7 @@ def summary(folder: str, entries: list[Entry]) -> str:
     """One line: problems with at least one family of those that load, and the most common refusals among the
     problems with none. A problem's refusal is the reason most of its families give (ties: the first family's in
     registry order), as a reason several families share is the common lowering's (an op none of them takes) while
-    the others mostly say the problem is not of their kind."""
+    the others mostly say the problem is not of their kind; families the request left out are not counted."""
     loaded = [e for e in entries if e.coverage is not None]
     covered = [e for e in loaded if e.coverage and e.coverage.matched]
     line = f"{folder}: {len(covered)} of {len(loaded)} problems with at least one family"
@@ -98,8 +98,9 @@ def summary(folder: str, entries: list[Entry]) -> str:
         line += f" ({len(entries) - len(loaded)} more do not load)"
     blockers: Counter[str] = Counter()
     for entry in loaded:
-        if entry.coverage is not None and not entry.coverage.matched and entry.coverage.refused:
-            blockers[Counter(gist(r) for r in entry.coverage.refused.values()).most_common(1)[0][0]] += 1
+        asked = [r for r in (entry.coverage.refused.values() if entry.coverage else []) if not r.startswith(LEFT_OUT)]
+        if entry.coverage is not None and not entry.coverage.matched and asked:
+            blockers[Counter(gist(r) for r in asked).most_common(1)[0][0]] += 1
     if blockers:
         top = [f"{reason!r} ({n})" for reason, n in blockers.most_common(TOP_REASONS)]
         line += f"; the most common refusals of the {len(loaded) - len(covered)} without: " + "; ".join(top)

@@ -96,6 +96,16 @@ def test_a_folders_summary_counts_problems_and_names_the_common_refusals(tmp_pat
                          "control flow' (1)"), line
 
 
+def test_a_summary_of_some_families_names_their_refusals_not_the_families_left_out(tmp_path: Path):
+    """Asked for one family, each problem's other families are 'left out by the request': not a refusal, never the
+    most common one."""
+    path = write(tmp_path / "suite", "sort.py", (ROOT / "tests" / "fixtures" / "problems" / "sort.py").read_text())
+    entries = scan([path], "cpu", ["rowwise"])
+    assert entries[0].coverage is not None and len(entries[0].coverage.refused) == len(TEMPLATES)
+    line = summary("suite", entries)
+    assert line.endswith("the most common refusals of the 1 without: 'aten.sort: a sort: no family lowers it' (1)"), line
+
+
 def test_gist_drops_the_particulars():
     assert gist("unsupported op 'matmul' (%matmul : [num_users=1] = call_function[target=torch.matmul](args = (%a)))") \
         == "unsupported op 'matmul'"
