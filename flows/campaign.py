@@ -41,7 +41,9 @@ from kernelflow.artifacts.campaigns import (
     run_ids,
 )
 from kernelflow.artifacts.store import Store
+from kernelflow.flows import progress
 from kernelflow.flows.dispatch import Done, Job, deployments, local
+from kernelflow.flows.progress import ProblemDone
 from kernelflow.flows.regression import check_regression
 from kernelflow.flows.run import new_run_id
 from kernelflow.flows.suite import Entry, Suite, load_suite
@@ -66,14 +68,16 @@ def campaign(suite_path: str, store: str | None = None, dispatch: Literal["local
           f"({suite.dispatch.mode}), store {where.location}")
     plans = [plan_entry(where, suite, record.campaign_id, entry) for entry in suite.problems]
     jobs, planned = [job for job, _ in plans], {row.entry: row for _, row in plans}
-    progress = cast(UUID, create_progress_artifact(0.0, description=f"problems of campaign {record.campaign_id}"))
+    bar = cast(UUID, create_progress_artifact(0.0, description=f"problems of campaign {record.campaign_id}"))
+    progress.campaign_started(record.campaign_id, [entry.name for entry in suite.problems])
     finished: list[CampaignProblem] = []
 
     def done(ended: Done) -> None:
         finished.append(conclude(where, suite, planned[ended.job.entry.name], ended))
-        update_progress_artifact(progress, 100.0 * len(finished) / len(jobs))
-        print(f"[{len(finished)}/{len(jobs)}] {ended.job.entry.name}: {finished[-1].status}, "
-              f"{finished[-1].verdict}: {finished[-1].message or finished[-1].verdict_note}")
+        update_progress_artifact(bar, 100.0 * len(finished) / len(jobs))
+        row = finished[-1]
+        progress.problem_finished(ProblemDone(len(finished), len(jobs), ended.job.entry.name, row.status, row.verdict,
+                                              row.message or row.verdict_note))
 
     try:
         if suite.dispatch.mode == "local":

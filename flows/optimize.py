@@ -22,7 +22,9 @@ from prefect.artifacts import create_table_artifact
 
 from kernelflow.artifacts.leaderboard import leaderboard, render_board
 from kernelflow.artifacts.store import Store
+from kernelflow.flows import progress
 from kernelflow.flows.config import RunConfig
+from kernelflow.flows.progress import RunFinished, RunStarted
 from kernelflow.flows.resume import last_best, restore
 from kernelflow.flows.run import (
     Run,
@@ -67,6 +69,8 @@ def optimize(problem_path: str, config: RunConfig | None = None, run_id: str | N
     name_flow_run(run_id)
     run = open_run(problem, config, store, run_id, resumed=resume is not None, started=started)
     strategy, pending = prepare(run, resume is not None, warm_start_from)
+    progress.run_started(RunStarted(run.id, problem.id, run.state.device, strategy.NAME, config.budget,
+                                    config.wall_time_s, started, len(run.state.tried)))
     try:
         search(run, strategy, lambda c: evaluate(run, c), lambda c: profile_promoted(run, c), pending)
     except StopSearch as stop:
@@ -75,6 +79,9 @@ def optimize(problem_path: str, config: RunConfig | None = None, run_id: str | N
     except BaseException as e:
         finish(run, "failed", f"{type(e).__name__}: {e}")
         raise
+    finally:
+        progress.run_finished(RunFinished(run.id, run.record.status, run.record.stop_reason,
+                                          run.record.winner_note, time.monotonic() - started))
     board = leaderboard(store, run.id)
     create_table_artifact(key=f"leaderboard-{problem.id.lower().replace('_', '-')}",
                           table=board.astype(str).to_dict("records"), description=f"run {run.id}")

@@ -8,6 +8,7 @@ calls recorded and charged). A run is its configuration, its search state (flows
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.winner import winner
+from kernelflow.flows import progress
 from kernelflow.flows.config import RunConfig
 from kernelflow.flows.recorder import Recorder
 from kernelflow.flows.secrets import llm_api_key
@@ -315,7 +317,10 @@ def builtin_seeds(run: Run, pending: list[Candidate]) -> list[Candidate]:
 def ask_proposer(run: Run, req: GenerateRequest) -> list[Candidate]:
     """One proposal: its LLM calls recorded and charged to the run's budget; raises StopSearch when the proposer
     stops producing candidates."""
+    progress.stage_started("generate", req.proposer)
+    began = time.monotonic()
     proposed = generate_task(req)
+    progress.stage_finished("generate", req.proposer, f"{len(proposed.candidates)} candidates", time.monotonic() - began)
     charge(run, proposed)
     return outcome(run, proposed)
 
@@ -347,6 +352,8 @@ def propose_round(run: Run, requests: list[GenerateRequest], workers: int | None
     results: list[GenerateResult | None] = [None] * len(requests)
     runner: ThreadPoolTaskRunner[Any] = ThreadPoolTaskRunner(max_workers=workers or max(2 * len(requests), 1))
     root, mode = str(run.recorder.store.root), run.steps.mode
+    progress.stage_started("generate", f"{len(requests)} proposals")
+    began = time.monotonic()
     with runner:
         generating: dict[PrefectFuture[GenerateResult], int] = {
             runner.submit(generate_task, {"req": req}): i for i, req in enumerate(requests)}
@@ -361,4 +368,5 @@ def propose_round(run: Run, requests: list[GenerateRequest], workers: int | None
                                                             {"req": req, "mode": mode, "store_root": root})
         for cid, future in compiling.items():
             run.precompiled[cid] = future.result()
+    progress.stage_finished("generate", f"{len(requests)} proposals", "ok", time.monotonic() - began)
     return [r for r in results if r is not None]

@@ -7,6 +7,7 @@ Prefect tasks (flows/tasks.py: retries, the compile and profile caches), which c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from kernelflow.artifacts.blobs import keep_files
+from kernelflow.flows import progress
 from kernelflow.flows.gpu_lock import gpu_lock
 from kernelflow.flows.recorder import Recorder
 from kernelflow.stages.contracts import (
@@ -61,7 +63,11 @@ class Steps:
     execute: Execute = execute
 
     def _call(self, name: str, req: StageRequest, result_type: type[R]) -> R:
-        return cast(R, self.execute(name, req, self.mode, str(self.recorder.store.root)))
+        subject, began = progress.subject(req), time.monotonic()
+        progress.stage_started(name, subject)
+        result = cast(R, self.execute(name, req, self.mode, str(self.recorder.store.root)))
+        progress.stage_finished(name, subject, result.status, time.monotonic() - began)
+        return result
 
     def fields(self, subject: str, stage: str) -> dict[str, Any]:
         """A request's work directory (work/<run>/<candidate or baseline>/<stage>), the store's build cache, the
@@ -98,6 +104,7 @@ class Steps:
             **self.fields(subject, "benchmark")), BenchmarkResult)
         if accept is not None and timed.status == "ok":
             timed.accepted = accept(timed)
+        progress.baselines_timed(timed)
         self.recorder.benchmark(timed)
         return timed
 

@@ -291,7 +291,10 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     from kernelflow.flows.optimize import optimize
 
     _plain_prefect_logs(args)
-    summary = optimize(path, config, resume=args.resume)  # the flow printed the leaderboard and the winner
+    from kernelflow.live import showing
+
+    with showing():
+        summary = optimize(path, config, resume=args.resume)  # the flow printed the leaderboard and the winner
     from kernelflow.artifacts.fmt import speedup
 
     print(f"\nbest candidate: {summary['best_candidate_id'] or 'none verified'} "
@@ -346,7 +349,10 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     _plain_prefect_logs(args)
     if remote:
         preflight.dispatch_target(suite.dispatch)
-    summary = campaign(str(Path(args.suite).resolve()), store=args.store, dispatch=args.dispatch)
+    from kernelflow.live import showing
+
+    with showing():
+        summary = campaign(str(Path(args.suite).resolve()), store=args.store, dispatch=args.dispatch)
     for entry, outcome in summary["problems"].items():
         print(f"{entry:28s} {outcome['status']:9s} {outcome['verdict']:12s} {outcome['run_id'] or '-'}")
     print(f"campaign {summary['campaign_id']}; report {summary['report'] or '(no run)'}\n"

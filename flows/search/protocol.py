@@ -13,6 +13,7 @@ search state (flows/state.py) and change it through its methods; `evaluate` gets
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from uuid import UUID
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
+from kernelflow.flows import progress
 from kernelflow.flows.run import Run, ask_proposer, charge, outcome, propose_round
 from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import Candidate, Failure, GenerateRequest, Proposal, SearchSnapshot
@@ -231,10 +233,10 @@ def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: C
     saved (search_state table) so an interrupted run resumes from here."""
     state = run.state
     state.consider(candidate)
+    progress.candidate_started(state, candidate)
+    began = time.monotonic()
     speedup = strategy.evaluate(run, candidate, evaluate_one)
-    print(f"[{len(state.tried)}/{run.config.budget}] {candidate.id} {candidate.origin.proposer} "
-          f"{candidate.origin.params}: " + (f"verified, {speedup:.3f}x eager" if speedup else
-                                            "rejected or not kept (see leaderboard)"))
+    progress.candidate_finished(state, candidate, speedup, time.monotonic() - began, time.monotonic() - state.started)
     if speedup and (state.best is None or speedup > state.best[0]):
         state.crown(candidate, speedup)
         profile_one(candidate)
