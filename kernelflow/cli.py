@@ -570,12 +570,14 @@ EPHEMERAL_STARTUP_S = 120  # seconds the local Prefect server may take to start 
 def kernelflow_defaults(environ: Mapping[str, str], cwd: Path) -> dict[str, str]:
     """The environment settings kernelflow runs Prefect with, those of them `environ` does not set already: Prefect's
     home in <cwd>/.kernelflow/prefect (beside the default store ./runs, so a later `prefect server start` with the same
-    PREFECT_HOME shows every run), analytics off (else "database is locked" noise on a fresh database), per-task state
+    PREFECT_HOME shows every run), analytics off, the server's (else "database is locked" noise on a fresh database)
+    and the client's (DO_NOT_TRACK; else a notice on the first run in a terminal), per-task state
     lines quiet (the flow's own progress lines stay), and a startup deadline for the local server's first start, which
     creates and migrates its database and can outlast Prefect's 20 s default on a small loaded machine."""
     defaults = {
         "PREFECT_HOME": str(cwd / ".kernelflow" / "prefect"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",  # the client's telemetry, and its first-run notice on a terminal
         "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": str(EPHEMERAL_STARTUP_S),
     }
