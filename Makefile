@@ -13,8 +13,12 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_LOGGING_LEVEL ?= INFO
 # the flow's own progress lines stay visible; per-task state lines do not
 export PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL ?= WARNING
-DEMO_PROBLEM ?= problems/17_elementwise_chain.py
-DEMO_BUDGET  ?= 6
+# The demo runs the real optimize flow end to end. On a GPU: 6 candidates of every template family on the GPU shapes.
+# Without one, kept to about 2 minutes on 2 cores: 3 candidates of the elementwise family (Inductor's candidates take
+# ~40 s each on the CPU, and asking which problems Inductor takes ~10-20 s more), 1 s of timing per shape.
+DEMO_PROBLEM  ?= problems/17_elementwise_chain.py
+DEMO_GPU_ARGS ?= --budget 6
+DEMO_CPU_ARGS ?= --budget 3 --families elementwise --timing-budget 1
 
 # Stage worker images (containers/README.md). Their bases come from Docker Hub where it is reachable; where it is not
 # (our machines, CI), `make base-image` builds a Debian base offline and CPU_BASE=kernelflow-base:bookworm uses it.
@@ -27,6 +31,7 @@ IMAGE_TAG   ?= latest
 
 install: $(STAMP)
 $(STAMP): pyproject.toml
+	@echo "installing kernelflow and its dependencies (torch, triton, prefect, ...) into $(VENV): 2-3 minutes, quiet until done"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)" "$(TRITON)"
@@ -35,7 +40,32 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(BIN)/kernelflow problems validate $(DEMO_PROBLEM)
-	$(BIN)/kernelflow optimize $(DEMO_PROBLEM) --budget $(DEMO_BUDGET)
+	@if $(BIN)/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
+	  args="$(DEMO_GPU_ARGS)"; next="$$DEMO_NEXT_GPU"; else args="$(DEMO_CPU_ARGS)"; next="$$DEMO_NEXT_CPU"; fi; \
+	  echo "$(BIN)/kernelflow optimize $(DEMO_PROBLEM) $$args"; \
+	  $(BIN)/kernelflow optimize $(DEMO_PROBLEM) $$args && printf '%s\n' "$$next"
+
+define DEMO_NEXT_CPU
+
+What happened: the whole pipeline ran on this CPU: kernels proposed, compiled, verified against the reference,
+timed beside eager PyTorch, profiled, and every artifact recorded in the store (./runs by default). The timings
+are Triton's interpreter on a CPU, not GPU timings: a candidate slower than eager here says nothing about a GPU.
+To try next:
+  on a GPU host, `make demo` (there: $(DEMO_GPU_ARGS) on the GPU shapes, eager and torch.compile as baselines)
+  judge a kernel of your own, e.g. the example Triton softmax:
+    $(BIN)/kernelflow verify problems/01_softmax.py prompts/examples/triton_softmax.py
+  $(BIN)/kernelflow show latest     # this run again, from the artifacts alone
+endef
+define DEMO_NEXT_GPU
+
+What happened: kernels proposed, compiled, verified against the reference, timed beside eager PyTorch and
+torch.compile on this GPU, profiled, and every artifact recorded in the store (./runs by default).
+To try next:
+  $(BIN)/kernelflow export $(basename $(notdir $(DEMO_PROBLEM))) --out my_kernel   # the best kernel as a drop-in package, when one won
+  $(BIN)/kernelflow optimize problems/01_softmax.py --budget 8    # another problem of problems/
+  $(BIN)/kernelflow show latest                                     # this run again, from the artifacts alone
+endef
+export DEMO_NEXT_CPU DEMO_NEXT_GPU
 
 # The browser tests (tests/artifacts/test_report.py, tests/kernelflow/test_ui.py) drive Debian's chromium through Playwright (never
 # `playwright install`: browser downloads are blocked here). Installed with apt when missing and this runs as root;
