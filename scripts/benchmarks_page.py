@@ -253,7 +253,7 @@ def render(results: Path, floors_path: Path, agreement: Path) -> str:
              if sol_cell(floors, x["record"], sh).endswith(ABOVE_FLOOR)]
     out += ["", f"- Faster than both baselines: {share(s['faster_than_both'], n)} problems. Shapes where the best "
             f"is slower than a baseline: {len(s['losses'])} of {s['n_shapes']} (Known losses, below).",
-            *agreement_lines(load(agreement), rel(agreement)), "",
+            *missing_line(floors, records), *agreement_lines(load(agreement), rel(agreement)), "",
             "## Results", "",
             "The best candidate was verified before it was timed (fresh inputs on every shape against a float64 "
             "reference; its outputs re-checked on timed calls). It was timed in one process with eager and "
@@ -294,6 +294,12 @@ def render(results: Path, floors_path: Path, agreement: Path) -> str:
             "python scripts/benchmarks_page.py --out BENCHMARKS.md  # this page (make benchmarks-page)",
             "```"]
     return "\n".join(out) + "\n"
+
+
+def missing_line(floors: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """The problems the floors file counts (every problem of problems/) that have no record yet."""
+    missing = sorted(set(floors.get("floors_us", {})) - {r["problem"] for r in records})
+    return [f"- Not benchmarked yet (no record): {', '.join(missing)}."] if missing else []
 
 
 def rel(path: Path) -> str:

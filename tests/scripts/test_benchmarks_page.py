@@ -55,6 +55,16 @@ def test_headline_and_losses_from_two_problems(page, tmp_path: Path):
     assert "SOL floors: no floors file" in text and "no GPU records in" in text
 
 
+def test_problems_without_a_record_are_named(page, tmp_path: Path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "01_a.json").write_text(json.dumps(record("01_a", {"gpu0": (100, 200, 150)})))
+    floors = tmp_path / "floors.json"
+    floors.write_text(json.dumps({"floors_us": {"01_a": {"gpu0": 90.0}, "02_b": {"gpu0": 10.0}, "03_c": {}}}))
+    text = page.render(results, floors, tmp_path / "no-agreement")
+    assert "- Not benchmarked yet (no record): 02_b, 03_c." in text
+
+
 def test_an_older_record_shows_its_max_autotune_call(page):
     """Without compile_specialized the search's torch.compile ran shape-generic after the first shape: the rows show
     the max-autotune call, which timed the same best beside a per-shape torch.compile."""
