@@ -48,9 +48,9 @@ from kernelflow.stages.harness.compare import EAGER_MARGIN, as_list, eager_ratio
 from kernelflow.stages.harness.instantiate import build, guarded, set_precision
 from kernelflow.stages.harness.integrity import Guard, deterministic
 from kernelflow.stages.harness.library_policy import Census, downcasts, listing, op_class, violation
-from kernelflow.stages.problems.held_out import MAX_SETTING, held_out
+from kernelflow.stages.problems.held_out import MAX_SETTING, held_out_of
 from kernelflow.stages.problems.inputs import DISTRIBUTIONS, clone, draw, trial_seed, upcast
-from kernelflow.stages.problems.kernelbench import import_problem, size_constants
+from kernelflow.stages.problems.kernelbench import import_problem
 
 Result = VerifyResult
 Loaded = tuple[type[torch.nn.Module], Guard]  # a candidate's ModelNew and the guard it was imported under
@@ -179,39 +179,45 @@ class _Checks:
                              "the output is still right: the kernels are decoration, the result comes from elsewhere")
 
     def held_out(self, workloads: list[Workload]) -> None:
-        """One trial at a shape next to the smallest declared one, which the candidate was never shown. A workload
-        that sets no constant (a plain KernelBench file's) is at the sizes get_inputs/get_init_inputs read. A stage
-        process that dies there, whatever code was running, is shape hard-coding too (stages/phase.py)."""
-        pair = held_out(workloads, self.problem.gpu_workloads + self.problem.cpu_workloads,
-                        size_constants(self.module))
-        if pair is None:
+        """One trial at a shape next to the smallest declared one, which the candidate was never shown: the first of
+        the held-out shapes (stages/problems/held_out.py: the input sizes moved, then every size) at which the
+        reference is usable; each one where it is not is skipped with a note, and where none is there is no check.
+        A workload that sets no constant (a plain KernelBench file's) is at the sizes get_inputs/get_init_inputs
+        read. A stage process that dies there, whatever code was running, is shape hard-coding too
+        (stages/phase.py)."""
+        pairs = held_out_of(self.module, workloads, self.problem.gpu_workloads + self.problem.cpu_workloads)
+        if not pairs:
             self.log.write("held-out shape: none (neither the workloads nor get_inputs/get_init_inputs name a size "
                            f"above {MAX_SETTING})\n")
+        for base, h in pairs:
+            try:  # the problem's own limits: a reference that fails or is degenerate there skips the shape
+                ref, _ = build(self.module, None, h, self.req.device, seed=trial_seed(self.req.seed, h.name, "init"))
+                with torch.no_grad():
+                    probe = as_list(ref(*draw(self.module, h, trial_seed(self.req.seed, h.name, 0), "declared",
+                                              self.req.device)))
+                usable = _finite(probe) and all(p.ne(0).any() for p in probe)
+            except Exception as e:
+                usable, probe = False, [f"{type(e).__name__}: {e}"[:200]]
+            if not usable:
+                self.log.write(f"held-out shape {h.params}: skipped, the reference is unusable there "
+                               f"({probe[0]!s:.200})\n")
+                continue
+            where = f"the held-out shape {h.params} (next to {base.name} {base.params}, never shown to the candidate)"
+            try:
+                with phase.running(where, verdict=("cheat", f"shape hard-coding: right at every declared shape; the "
+                                                            f"process died at {where}")):
+                    ref, ref64, new = self.build(h)
+                    got = self.trial(h, ref, ref64, new, 0)
+            except CandidateFault as fault:
+                if fault.kind in ("cheat", "policy_violation"):
+                    raise
+                raise CandidateFault("cheat", f"shape hard-coding: right at every declared shape, but at {where} it "
+                                     f"fails: {fault.kind}: {fault.message}") from fault
+            if got is None:  # the reference is not finite on the trial's inputs: the next shape
+                self.log.write(f"held-out shape {h.params}: skipped, the reference is not finite on the trial's inputs\n")
+                continue
+            self.log.write(f"held-out shape {h.params}: ok, error ratio {got[0]:.3g}\n")
             return
-        base, h = pair
-        try:  # the problem's own limits: a reference that fails or is degenerate there skips the shape
-            ref, _ = build(self.module, None, h, self.req.device, seed=trial_seed(self.req.seed, h.name, "init"))
-            with torch.no_grad():
-                probe = as_list(ref(*draw(self.module, h, trial_seed(self.req.seed, h.name, 0), "declared",
-                                          self.req.device)))
-            usable = _finite(probe) and all(p.ne(0).any() for p in probe)
-        except Exception as e:
-            usable, probe = False, [f"{type(e).__name__}: {e}"[:200]]
-        if not usable:
-            self.log.write(f"held-out shape {h.params}: skipped, the reference is unusable there ({probe[0]!s:.200})\n")
-            return
-        where = f"the held-out shape {h.params} (next to {base.name} {base.params}, never shown to the candidate)"
-        try:
-            with phase.running(where, verdict=("cheat", f"shape hard-coding: right at every declared shape; the "
-                                                        f"process died at {where}")):
-                ref, ref64, new = self.build(h)
-                got = self.trial(h, ref, ref64, new, 0)
-        except CandidateFault as fault:
-            if fault.kind in ("cheat", "policy_violation"):
-                raise
-            raise CandidateFault("cheat", f"shape hard-coding: right at every declared shape, but at {where} it "
-                                 f"fails: {fault.kind}: {fault.message}") from fault
-        self.log.write(f"held-out shape {h.params}: " + (f"ok, error ratio {got[0]:.3g}\n" if got else "skipped\n"))
 
 
 def _load(req: VerifyRequest) -> tuple[ModuleType, Loaded]:

@@ -79,16 +79,19 @@ def _workloads(path: str, module: ModuleType) -> tuple[list[Workload], list[Work
     return out["gpu"], out["cpu"]
 
 
-def size_constants(module: ModuleType) -> dict[str, int]:
-    """The module-level positive ints (bools are not sizes) that get_inputs() and get_init_inputs() read, in the
-    module's order: the names their code loads as globals, followed into nested code (comprehensions, lambdas,
-    inner functions) and into the module's own functions they call. These are the sizes of a plain KernelBench
-    file, which a WORKLOADS table would name: its one workload (gpu0) sets none of them."""
+INPUT_FUNCTIONS = ("get_inputs", "get_init_inputs")
+
+
+def size_constants(module: ModuleType, functions: tuple[str, ...] = INPUT_FUNCTIONS) -> dict[str, int]:
+    """The module-level positive ints (bools are not sizes) that `functions` (get_inputs() and get_init_inputs())
+    read, in the module's order: the names their code loads as globals, followed into nested code (comprehensions,
+    lambdas, inner functions) and into the module's own functions they call. These are the sizes of a plain
+    KernelBench file, which a WORKLOADS table would name: its one workload (gpu0) sets none of them. Those that
+    get_init_inputs reads are the architecture's (the module's parameters' shapes, a group count)."""
     namespace = vars(module)
     found: set[str] = set()
     seen: set[CodeType] = set()
-    todo = [f.__code__ for name in ("get_inputs", "get_init_inputs")
-            if isinstance(f := namespace.get(name), FunctionType)]
+    todo = [f.__code__ for name in functions if isinstance(f := namespace.get(name), FunctionType)]
     while todo:
         code = todo.pop()
         if code in seen:

@@ -38,8 +38,8 @@ from kernelflow.stages.measure.timing import (
     persisting_l2_bytes,
     reset_persisting_l2,
 )
-from kernelflow.stages.problems.held_out import held_out, perturb
-from kernelflow.stages.problems.kernelbench import load_problem
+from kernelflow.stages.problems.held_out import held_out, held_out_of, perturb
+from kernelflow.stages.problems.kernelbench import import_problem, load_problem
 from tests.families import WRITTEN
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -154,21 +154,85 @@ class ModelNew(nn.Module):
 """
 
 
-@pytest.mark.parametrize("name", ["honest", "hardcoded_sizes"])
-def test_a_plain_kernelbench_problem_is_held_out_at_sizes_of_its_constants(name: str, tmp_path: Path):
-    """Its one workload (gpu0) sets no constant; the held-out shape moves the sizes get_inputs/get_init_inputs read."""
-    source = PLAIN_HONEST if name == "honest" else (FIXTURES / f"{name}.py").read_text()
-    cand = Candidate.make(PLAIN.id, "torch", source, Origin(kind="user", proposer="fixture"))
-    request = VerifyRequest(workdir=str(tmp_path / "w"), problem=PLAIN, candidate=cand, sizes=["gpu"], trials=2,
-                            policy=PLAIN.policy.model_copy(update={"allow_torch_compute": True}))
+# specialized to its module's weight (the architecture: get_init_inputs reads `features`), reading the batch at run time
+PLAIN_WEIGHT_SPECIALIZED = """import torch
+import torch.nn as nn
+
+FEATURES = 256  # plain_scale_relu.py's width, held as a kernel specialized to its weight's shape holds it
+
+
+class ModelNew(nn.Module):
+    def __init__(self, features):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(features))
+
+    def forward(self, x):
+        return torch.relu(x.reshape(-1, FEATURES) * self.scale[:FEATURES])
+"""
+PLAIN_SOURCES = {"honest": PLAIN_HONEST, "weight_specialized": PLAIN_WEIGHT_SPECIALIZED,
+                 "hardcoded_sizes": (FIXTURES / "hardcoded_sizes.py").read_text()}
+
+
+def verify_plain(problem, name: str, tmp_path: Path):
+    cand = Candidate.make(problem.id, "torch", PLAIN_SOURCES[name], Origin(kind="user", proposer="fixture"))
+    request = VerifyRequest(workdir=str(tmp_path / "w"), problem=problem, candidate=cand, sizes=["gpu"], trials=2,
+                            policy=problem.policy.model_copy(update={"allow_torch_compute": True}))
     result = run_stage("verify", request, "inline")
+    log = (tmp_path / "w" / result.files["verify_log"]).read_text() if "verify_log" in result.files else ""
+    return result, log
+
+
+@pytest.mark.parametrize("name", ["honest", "weight_specialized", "hardcoded_sizes"])
+def test_a_plain_kernelbench_problem_is_held_out_at_sizes_of_its_constants(name: str, tmp_path: Path):
+    """Its one workload (gpu0) sets no constant; the held-out shape moves the input sizes get_inputs reads
+    (batch_size) and keeps the architecture's, which get_init_inputs reads (features: the weight's shape). A kernel
+    specialized to its weight's shape passes; one that assumed the declared batch does not."""
+    result, log = verify_plain(PLAIN, name, tmp_path)
+    if name != "hardcoded_sizes":
+        assert result.status == "ok" and "held-out shape {'batch_size': 32, 'features': 256}: ok" in log, log
+    else:
+        assert (result.failure_kind, "shape hard-coding" in result.message) == ("cheat", True), result.message
+        assert "held-out shape {'batch_size': 32, 'features': 256} (next to gpu0 {'batch_size': 64, 'features': 256}" \
+            in result.message
+
+
+ONLY_ARCHITECTURE = (ROOT / "tests" / "fixtures" / "problems" / "plain_scale_relu.py").read_text().replace(
+    "torch.randn(batch_size, features)", "torch.randn(8, features)")  # no input size left to move
+UNUSABLE_FIRST = (ROOT / "tests" / "fixtures" / "problems" / "plain_scale_relu.py").read_text().replace(
+    "        return torch.relu(x * self.scale)",
+    "        if tuple(x.shape) == (32, 256):  # the problem's own limit, at the first held-out shape\n"
+    "            raise ValueError('not at this shape')\n"
+    "        return torch.relu(x * self.scale)")
+
+
+@pytest.mark.parametrize("name", ["honest", "weight_specialized"])
+def test_where_no_input_size_can_move_every_size_moves(name: str, tmp_path: Path):
+    """A problem whose every size is the architecture's: the held-out shape moves them, and a kernel specialized to
+    its weight's shape is shape hard-coding there too (the only check left)."""
+    path = tmp_path / "only_architecture.py"
+    path.write_text(ONLY_ARCHITECTURE)
+    result, log = verify_plain(load_problem(path), name, tmp_path)
     if name == "honest":
-        log = (tmp_path / "w" / result.files["verify_log"]).read_text()
+        assert result.status == "ok" and "held-out shape {'features': 128}: ok" in log, log
+    else:
+        assert (result.failure_kind, "shape hard-coding" in result.message) == ("cheat", True), result.message
+        assert "held-out shape {'features': 128}" in result.message
+
+
+@pytest.mark.parametrize("name", ["honest", "hardcoded_sizes"])
+def test_a_held_out_shape_the_reference_rejects_is_skipped_for_the_next(name: str, tmp_path: Path):
+    """The reference fails at the first held-out shape: it is skipped with a note and the candidate is checked at the
+    next (every size moved), never passed unchecked while a valid one is left."""
+    path = tmp_path / "unusable_first.py"
+    path.write_text(UNUSABLE_FIRST)
+    result, log = verify_plain(load_problem(path), name, tmp_path)
+    if name == "honest":
+        assert "held-out shape {'batch_size': 32, 'features': 256}: skipped, the reference is unusable there " \
+            "(ValueError: not at this shape)" in log, log
         assert result.status == "ok" and "held-out shape {'batch_size': 32, 'features': 128}: ok" in log, log
     else:
         assert (result.failure_kind, "shape hard-coding" in result.message) == ("cheat", True), result.message
-        assert "held-out shape {'batch_size': 32, 'features': 128} (next to gpu0 {'batch_size': 64, 'features': 256}" \
-            in result.message
+        assert "held-out shape {'batch_size': 32, 'features': 128} (next to gpu0" in result.message
 
 
 def test_a_process_that_dies_at_the_held_out_shape_is_shape_hard_coding(tmp_path: Path):
@@ -386,18 +450,41 @@ def test_persisting_l2_is_read_reset_and_a_set_aside_is_a_cheat(tmp_path: Path):
 
 def test_held_out_shapes_keep_alignment_and_settings():
     assert [perturb(v) for v in (7, 96, 600, 8192, 32, 1)] == [6, 64, 592, 4096, 64, 2]
-    pair = held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads + SOFTMAX.gpu_workloads)
-    assert pair is not None and pair[0].name == "cpu0" and pair[1].params == {"batch_size": 6, "dim": 64}
+    pairs = held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads + SOFTMAX.gpu_workloads)
+    assert pairs[0][0].name == "cpu0" and [h.params for _, h in pairs] == \
+        [{"batch_size": 6, "dim": 64}, {"batch_size": 6, "dim": 96}, {"batch_size": 7, "dim": 64}]  # then one each
     attention = load_problem(ROOT / "problems" / "22_attention_bf16.py")
-    pair = held_out(attention.cpu_workloads, attention.cpu_workloads + attention.gpu_workloads)
-    assert pair is not None and pair[1].params["mask_mode"] == 1  # a setting (never above 8 anywhere), not a size
+    pairs = held_out(attention.cpu_workloads, attention.cpu_workloads + attention.gpu_workloads)
+    assert all(h.params["mask_mode"] == 1 for _, h in pairs)  # a setting (never above 8 anywhere), not a size
     # a plain KernelBench file's one workload sets nothing: the module's sizes stand for it
-    assert held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads) is None
-    pair = held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads, {"batch_size": 64, "features": 256, "groups": 4})
-    assert pair is not None and (pair[0].name, pair[1].name) == ("gpu0", "gpu0-held-out")
+    assert held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads) == []
+    pair = held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads, {"batch_size": 64, "features": 256, "groups": 4})[0]
+    assert (pair[0].name, pair[1].name) == ("gpu0", "gpu0-held-out")
     assert pair[1].params == {"batch_size": 32, "features": 128, "groups": 4}
     assert held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads, {"batch_size": 64}) == \
         held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads)  # a workload that sets its sizes keeps them
+
+
+def test_held_out_shapes_move_the_input_sizes_first():
+    """The architecture's sizes (get_init_inputs reads them: the parameters' shapes) stay in the first held-out shape,
+    which moves every input size, and in the next ones, which move one input size each; the last moves every size.
+    With no input size to move there is only the last."""
+    sizes = {"batch_size": 64, "features": 256}
+    pairs = held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads, sizes, {"features"})
+    assert [(h.name, h.params) for _, h in pairs] == [("gpu0-held-out", {"batch_size": 32, "features": 256}),
+                                                      ("gpu0-held-out-2", {"batch_size": 32, "features": 128})]
+    assert held_out_of(import_problem(PLAIN.path), PLAIN.gpu_workloads, PLAIN.gpu_workloads) == pairs
+    pairs = held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads, {**sizes, "height": 24}, {"features"})
+    assert [h.params for _, h in pairs] == [{"batch_size": 32, "features": 256, "height": 16},
+                                            {"batch_size": 32, "features": 256, "height": 24},
+                                            {"batch_size": 64, "features": 256, "height": 16},
+                                            {"batch_size": 32, "features": 128, "height": 16}]
+    pairs = held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads, {"features": 256}, {"features"})
+    assert [(h.name, h.params) for _, h in pairs] == [("gpu0-held-out", {"features": 128})]
+    layernorm = load_problem(ROOT / "problems" / "03_layernorm.py")  # a WORKLOADS table: Model(dim)
+    pairs = held_out_of(import_problem(layernorm.path), layernorm.cpu_workloads,
+                        layernorm.cpu_workloads + layernorm.gpu_workloads)
+    assert [h.params for _, h in pairs] == [{"batch_size": 6, "dim": 96}, {"batch_size": 6, "dim": 64}]
 
 
 def test_writes_are_allowed_only_in_the_work_dir_and_the_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
