@@ -273,6 +273,7 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
         "    libdevice = _KfInterpretedLibdevice()\n"
     note = (f"# Inductor's code (torch {code['torch']}, Triton {code['triton']}) for {plan.device}, "
             f"generated at {plan.workload.name} {plan.workload.params}, choices {code['knobs']}\n")
+    note += "".join(f"# {line}\n" for line in code.get("notes", []))  # held-out shapes skipped, and why
     kernels = [k["source"] for k in code["kernels"]]
     return "\n\n".join([note + header, launch.SOURCE, interpreted, *code["helpers"], *code["externs"], *kernels,
                         plan.reference, model_new])

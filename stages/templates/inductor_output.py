@@ -28,7 +28,12 @@ What is read from that source (Inductor 2.11 to 2.13; anything else is `Unreadab
 A size the code asserts as a number (Dynamo or Inductor specialized it) that another declared workload, or the
 held-out shape verify derives, changes is Unreadable: that code would run at this shape only; so is code that
 differs (launch configurations aside) when Inductor is run again at that held-out shape (a module constant such
-as a group count built in).
+as a group count built in; a split reduction's part count, Inductor's choice from the sizes, is told apart by
+generating both shapes with split reductions off). The held-out shape is the first of stages/problems/held_out.py's
+(the input sizes moved, then each alone, then every size) at which the reference builds and runs on meta tensors,
+as verify takes the first at which it is usable; each one skipped is a note of the result (`notes`, written into
+the candidate's header), never a refusal, and where none is valid there is nothing to compare with, as verify then
+checks none.
 The result is plain data (JSON): the candidate module is written from it by stages/templates/inductor.py.
 """
 
@@ -42,7 +47,7 @@ import sys
 import textwrap
 from typing import Any
 
-FORMAT = 7  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 8  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -477,14 +482,59 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     if leaves is None or not all(isinstance(t, torch.Tensor) for t in leaves):
         raise Unreadable(f"forward returns {type(shape).__name__}, not a tensor or a tuple of tensors")
     lowered = read(code, graph_inputs, n_outputs)
-    _fixed_sizes(module, lowered["asserted"], req["problem_path"], req.get("workloads", {}))
-    _same_code_elsewhere(module, lowered, req, device)
+    sets = {k: [Workload(name=f"{k}{i}", params=p) for i, p in enumerate(ps)]
+            for k, ps in req.get("workloads", {}).items()}
+    every = [w for ws in sets.values() for w in ws]
+    held: dict[str, Workload] = {}
+    notes: list[str] = []
+    for k, ws in sets.items():
+        h, skipped = _held_out_shape(module, ws, every, req["problem_path"])
+        notes += [n for n in skipped if n not in notes]
+        if h is not None:
+            held[k] = h
+    _fixed_sizes(module, lowered["asserted"], req["problem_path"], every + list(held.values()))
+    mine = held.get(req.get("sizes", "cpu"))
+    if mine is not None:
+        notes += _same_code_elsewhere(module, lowered, req, device, mine)
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
-                   torch=torch.__version__, triton=triton.__version__, knobs=knobs)
+                   torch=torch.__version__, triton=triton.__version__, knobs=knobs, notes=notes)
     return lowered
 
 
-def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, declared: dict[str, list[dict]]) -> None:
+def _held_out_shape(module: Any, workloads: list[Any], declared: list[Any], where: str) -> tuple[Any, list[str]]:
+    """(the first held-out shape of `workloads` at which the reference builds and runs on meta tensors, or None;
+    a note per shape skipped before it): the shape verify checks the candidate at (stages/problems/held_out.py),
+    as far as the reference's validity shows on meta tensors (verify also skips one where it is not finite or all
+    zeros)."""
+    from kernelflow.stages.problems.held_out import held_out_of
+
+    notes: list[str] = []
+    for _, h in held_out_of(module, workloads, declared):
+        why = _reference_fails(module, h, where)
+        if why is None:
+            return h, notes
+        notes.append(f"held-out shape {h.params}: skipped, the reference fails there ({why})")
+    return None, notes
+
+
+def _reference_fails(module: Any, workload: Any, where: str) -> str | None:
+    """Why the reference cannot be built and run on meta tensors at `workload`, or None."""
+    import torch
+
+    from kernelflow.stages.problems.kernelbench import workload_call
+
+    try:
+        with torch.device("meta"):
+            model = module.Model(*workload_call(module, workload, "get_init_inputs", where)).eval()
+        inputs = workload_call(module, workload, "get_inputs", where, meta=True)
+        with torch.no_grad(), torch.device("meta"):
+            model(*inputs)
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    return None
+
+
+def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, checks: list[Any]) -> None:
     """Unreadable when the code holds a size fixed (Dynamo or Inductor specialized it: a LayerNorm's width, a conv's
     channels) that another declared workload, or the held-out shape verify derives from them, changes: such code
     runs at this shape only. Shapes come from the reference built on meta tensors at each of those workloads."""
@@ -492,16 +542,8 @@ def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, declar
 
     import torch
 
-    from kernelflow.stages.contracts import Workload
-    from kernelflow.stages.problems.held_out import held_out
-    from kernelflow.stages.problems.kernelbench import size_constants, workload_call
+    from kernelflow.stages.problems.kernelbench import workload_call
 
-    sets = {k: [Workload(name=f"{k}{i}", params=p) for i, p in enumerate(ps)] for k, ps in declared.items()}
-    every = [w for ws in sets.values() for w in ws]
-    checks = list(every)
-    for ws in sets.values():
-        pair = held_out(ws, every, size_constants(module)) if ws else None
-        checks += [pair[1]] if pair else []
     fixed = {expr: {d: int(a) for d, a in enumerate(sizes) if a.isdigit()} for expr, sizes in asserted.items()}
     for w in checks:
         try:
@@ -522,40 +564,63 @@ def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, declar
 _SHAPE_FREE = ("kernels", "prologue", "body", "launches", "outputs", "externs", "helpers")
 
 
-def _same_code_elsewhere(module: Any, lowered: dict[str, Any], req: dict[str, Any], device: str) -> None:
-    """Unreadable when Inductor writes other code at the held-out shape verify derives from this workload's set than
-    here (launch configurations aside): a constant of the module (a group count, a width) that the workloads change
-    was built into the code, which would then run at this shape only."""
+def _code_at(module: Any, workload: Any, device: str, where: str) -> dict[str, Any]:
+    """Inductor's code (read) for the module built at `workload`, from a fresh Dynamo."""
     import torch
 
-    from kernelflow.stages.contracts import Workload
-    from kernelflow.stages.problems.held_out import held_out
-    from kernelflow.stages.problems.kernelbench import size_constants, workload_call
+    from kernelflow.stages.problems.kernelbench import workload_call
 
-    declared = req.get("workloads", {})
-    every = [Workload(name=f"{k}{i}", params=p) for k, ps in declared.items() for i, p in enumerate(ps)]
-    mine = [w for w in every if w.name.startswith(req.get("sizes", "cpu"))]
-    pair = held_out(mine, every, size_constants(module)) if mine else None
-    if pair is None:
-        return
-    other = pair[1]
     torch._dynamo.reset()
-    init = workload_call(module, other, "get_init_inputs", req["problem_path"])
+    init = workload_call(module, workload, "get_init_inputs", where)
     with torch.device(device):
         model = module.Model(*init).eval()
     inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device) if isinstance(x, torch.Tensor)
-              else x for x in workload_call(module, other, "get_inputs", req["problem_path"], meta=True)]
-    try:
-        there = read(*capture(model, inputs))
-    except Unreadable as e:
-        raise Unreadable(f"at the held-out shape {other.params}: {e}") from e
+              else x for x in workload_call(module, workload, "get_inputs", where, meta=True)]
+    return read(*capture(model, inputs))
+
+
+def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The parts of two generations that differ, launch configurations aside."""
     def shape_free(code: dict[str, Any], key: str) -> Any:
         return [{**k, "configs": None} for k in code[key]] if key == "kernels" else code[key]
 
-    differ = [k for k in _SHAPE_FREE if shape_free(there, k) != shape_free(lowered, k)]
-    if differ:
-        raise Unreadable(f"Inductor writes other code ({', '.join(differ)}) at the held-out shape {other.params} than "
-                         f"at {req['workload']}: a constant of the workload is built in, it would run at one shape only")
+    return [k for k in _SHAPE_FREE if shape_free(a, k) != shape_free(b, k)]
+
+
+def _same_code_elsewhere(module: Any, lowered: dict[str, Any], req: dict[str, Any], device: str,
+                         other: Any) -> list[str]:
+    """Unreadable when Inductor writes other code at `other`, the held-out shape verify derives from this workload's
+    set, than here (launch configurations aside): a constant of the module (a group count, a width) or a size
+    Dynamo specialized was built into the code, which would then run at this shape only. One difference is
+    Inductor's own choice and no such constant: how many parts it splits a long reduction into, picked from the
+    sizes it sees and written over the symbolic sizes (a ceil-divided part and a mask), so valid at any size. Where
+    the two generations differ and are the same with split reductions off at both shapes, that is the difference:
+    the code is kept, with a note (returned)."""
+    import torch._inductor.config as inductor
+
+    from kernelflow.stages.contracts import Workload
+
+    try:
+        there = _code_at(module, other, device, req["problem_path"])
+    except Unreadable as e:
+        raise Unreadable(f"at the held-out shape {other.params}: {e}") from e
+    differ = _differ(there, lowered)
+    if not differ:
+        return []
+    if inductor.split_reductions:
+        here = Workload(name="inductor", params=req["workload"])
+        with inductor.patch(split_reductions=False):
+            try:
+                unsplit = _differ(_code_at(module, here, device, req["problem_path"]),
+                                  _code_at(module, other, device, req["problem_path"]))
+            except Unreadable:
+                unsplit = differ
+        if not unsplit:
+            return [f"Inductor splits a reduction otherwise at the held-out shape {other.params} (the parts' count is "
+                    "its choice from the sizes it sees, over symbolic sizes); with split reductions off the code "
+                    "is the same there"]
+    raise Unreadable(f"Inductor writes other code ({', '.join(differ)}) at the held-out shape {other.params} than "
+                     f"at {req['workload']}: a constant of the workload is built in, it would run at one shape only")
 
 
 def main(argv: list[str]) -> int:

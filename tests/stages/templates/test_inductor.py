@@ -82,7 +82,7 @@ def candidate(prob: Problem, params: dict, device: str = "cpu") -> Candidate:
                           Origin(kind="builtin", proposer="inductor", params=params))
 
 
-def verified(prob: Problem, cand: Candidate, workdir: Path, device: str = "cpu") -> None:
+def verified(prob: Problem, cand: Candidate, workdir: Path, device: str = "cpu") -> str:
     """The real verify stage: every workload's trials, the held-out shape, the census against the policy."""
     result = run_stage("verify", VerifyRequest(workdir=str(workdir), problem=prob, candidate=cand, device=device),
                        "inline")
@@ -90,6 +90,7 @@ def verified(prob: Problem, cand: Candidate, workdir: Path, device: str = "cpu")
     assert (result.status, result.trials_passed) == ("ok", 5 * len(prob.workloads("cpu"))), result.message
     log = (workdir / result.files["verify_log"]).read_text()
     assert "held-out" in log, log[-2000:]
+    return log
 
 
 def test_softplus_renders_a_self_contained_module_that_verifies(tmp_path: Path) -> None:
@@ -160,6 +161,66 @@ def test_what_cannot_be_compiled_is_a_mismatch(tmp_path: Path, name: str, forwar
     prob = problem(tmp_path, name, forward=forward)
     with pytest.raises(TemplateMismatch, match=reason):
         FAMILY.match(prob, None, "cpu")
+
+
+# The held-out shape (stages/problems/held_out.py) moves the input sizes and keeps the architecture's (what
+# get_init_inputs reads): a conv's channels stay, so Inductor's code specialized to the weight's shape is kept, and an
+# import-time tuple built from them (KernelBench's `bias_shape = (out_channels, 1, 1)`) stays consistent.
+HELD_OUT = {
+    "depthwise_conv": dict(init_args="c", init_inputs="c", constants="c, h, w = 16, 6, 7",
+                           init="self.conv = nn.Conv2d(c, c, 3, padding=1, groups=c)",
+                           inputs="torch.randn(batch, c, h, w)", forward="return self.conv(x) * 2.0",
+                           cpu="dict(batch=2, c=16, h=6, w=7)", gpu="dict(batch=32, c=16, h=64, w=64)"),
+    "bias_shape_tuple": dict(init_args="cin, cout, bias_shape", init_inputs="cin, cout, bias_shape",
+                             constants="cin, cout, h, w = 3, 16, 6, 7\nbias_shape = (cout, 1, 1)",
+                             init="self.conv = nn.Conv2d(cin, cout, 3)\n        "
+                                  "self.bias = nn.Parameter(torch.randn(bias_shape))",
+                             inputs="torch.randn(batch, cin, h, w)", forward="return torch.relu(self.conv(x) + self.bias)",
+                             cpu="dict(batch=2, cin=3, cout=16, h=6, w=7)", gpu="dict(batch=32, cin=3, cout=16, h=64, w=64)"),
+}
+
+
+@pytest.mark.parametrize("name", ["depthwise_conv", pytest.param("bias_shape_tuple", marks=pytest.mark.slow)])
+def test_code_specialized_to_the_modules_weights_is_kept_and_verifies(name: str, tmp_path: Path) -> None:
+    """Moving the channels (as every size once moved) made the reference fail at the held-out shape, or Inductor's
+    code hold x.size()[1] at the held-out shape's old value: the family refused both. The architecture's sizes stay;
+    the code verifies, held-out shape (batch, height, width moved) included."""
+    prob = problem(tmp_path, name, **HELD_OUT[name])
+    plan = FAMILY.match(prob, None, "cpu")
+    assert plan.lowered["notes"] == []
+    log = verified(prob, candidate(prob, FAMILY.variants(plan)[0]), tmp_path / "verify")
+    assert "held-out shape {'batch': 4, 'c" in log and "'h': 4, 'w': 6}: ok" in log, log[-1500:]
+
+
+def test_a_held_out_shape_the_reference_rejects_is_skipped_with_a_note(tmp_path: Path) -> None:
+    """An import-time tuple of an input size: the reference fails at every held-out shape. As verify skips such a
+    shape (with a note) and checks none where none is left, the family keeps the code, the reason in its header."""
+    prob = problem(tmp_path, "flat_tuple", constants="cols = 10\nflat = (batch * mid, cols)",
+                   forward="return torch.relu(x.reshape(flat)) * 2.0", cpu="dict(batch=3, mid=6, cols=10)",
+                   gpu="dict(batch=3, mid=6, cols=10)")
+    plan = FAMILY.match(prob, None, "cpu")
+    assert [n.split(" (")[0] for n in plan.lowered["notes"]] == \
+        ["held-out shape {'batch': 3, 'mid': 6, 'cols': 8}: skipped, the reference fails there"]
+    cand = candidate(prob, FAMILY.variants(plan)[0])
+    assert "# held-out shape {'batch': 3, 'mid': 6, 'cols': 8}: skipped, the reference fails there" in cand.source
+    result = run_stage("verify", VerifyRequest(workdir=str(tmp_path / "v"), problem=prob, candidate=cand), "inline")
+    log = (tmp_path / "v" / result.files["verify_log"]).read_text()
+    assert result.status == "ok" and "held-out shape {'batch': 3, 'mid': 6, 'cols': 8}: skipped" in log, log[-1500:]
+
+
+@pytest.mark.slow
+def test_a_split_count_picked_from_the_size_is_no_built_in_constant(tmp_path: Path) -> None:
+    """A whole-tensor sum: Inductor splits it into 12 parts at 96 x 1000 and into 8 at the held-out 64 x 992 (its
+    choice from the sizes it sees), over symbolic sizes either way; with split reductions off the two generations
+    are the same. The family keeps the code, with a note, and it verifies at the held-out shape."""
+    prob = problem(tmp_path, "whole_sum", constants="batch, cols = 96, 1000", inputs="torch.randn(batch, cols)",
+                   forward="return torch.sigmoid(x).sum()", cpu="dict(batch=96, cols=1000)",
+                   gpu="dict(batch=4096, cols=4096)")
+    plan = FAMILY.match(prob, None, "cpu")
+    assert plan.knobs["split_reductions"] and len(plan.lowered["kernels"]) == 2
+    assert [n.split(" (")[0] for n in plan.lowered["notes"]] == \
+        ["Inductor splits a reduction otherwise at the held-out shape {'batch': 64, 'cols': 992}"]
+    verified(prob, candidate(prob, FAMILY.variants(plan)[0]), tmp_path / "verify")
 
 
 def test_generation_is_kept_on_disk_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
