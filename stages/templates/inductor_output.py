@@ -10,7 +10,8 @@ backend hash `torch.utils._triton.triton_hash_with_backend`, which only keys cac
 
 What is read from that source (Inductor 2.11 to 2.13; anything else is `Unreadable`, with what was not understood):
 - kernels: `NAME = async_compile.triton('NAME', '''SOURCE''', ...)`. In SOURCE, the function decorated with
-  `@triton_heuristics.<kind>(...)` and `@triton.jit`; its candidate launch configurations are that decorator's
+  `@triton_heuristics.<kind>(...)` and `@triton.jit`, with the plain @triton.jit functions beside it (a scan's
+  combine function, renamed `_kf_NAME_<its name>`); its candidate launch configurations are that decorator's
   (evaluated with `triton_heuristics.cached_autotune` swapped for a recorder: nothing is compiled); its launch
   parameters are the signature's constexprs that the configurations set (XBLOCK, R0_BLOCK, ...), after the
   positional ones; its grid is Inductor's own GridExpr for `inductor_meta['grid_type']`, written in those names;
@@ -275,16 +276,27 @@ class _Helpers:
 
 
 def _kernel(name: str, source: str, helpers: _Helpers) -> dict[str, Any]:
+    """One kernel's source read: the function Inductor decorated with triton_heuristics (its launch configurations,
+    parameters and grid), taken with the plain @triton.jit functions beside it that it calls (a scan's combine
+    function), these renamed after the kernel, since two kernels' helpers may share a name."""
     module = ast.parse(source)
     fns = [s for s in module.body if isinstance(s, ast.FunctionDef)]
-    if len(fns) != 1:
-        raise Unreadable(f"kernel {name}: {len(fns)} functions in its source, not one")
-    fn = fns[0]
+    kernels = [f for f in fns if any(isinstance(d, ast.Call) and ast.unparse(d.func).startswith("triton_heuristics.")
+                                     for d in f.decorator_list)]
+    if len(kernels) != 1:
+        raise Unreadable(f"kernel {name}: {len(kernels)} functions with a triton_heuristics decorator in its source, "
+                         "not one")
+    fn = kernels[0]
     calls = [d for d in fn.decorator_list if isinstance(d, ast.Call)
              and ast.unparse(d.func).startswith("triton_heuristics.")]
     if len(calls) != 1 or len(fn.decorator_list) != 2:
         raise Unreadable(f"kernel {name}: decorators {[ast.unparse(d) for d in fn.decorator_list]} are not "
                          "one triton_heuristics decorator and @triton.jit")
+    jitted = [f for f in fns if f is not fn]
+    for f in jitted:
+        if [ast.unparse(d) for d in f.decorator_list] != ["triton.jit"]:
+            raise Unreadable(f"kernel {name}: its helper {f.name} has decorators "
+                             f"{[ast.unparse(d) for d in f.decorator_list]}, not only @triton.jit")
     configs, triton_meta, inductor_meta = _configs(source, calls[0])
     params = [a.arg for a in fn.args.args]
     signature = triton_meta.get("signature", {})
@@ -297,7 +309,10 @@ def _kernel(name: str, source: str, helpers: _Helpers) -> dict[str, Any]:
     fixed = {"XBLOCK"} if inductor_meta.get("no_x_dim") else set()
     tunable = [k for k in params[len(positional):] if k not in fixed]
     meta = {k: (k if k in tunable else configs[0]["kwargs"][k]) for k in set_by_configs}
-    text = "@triton.jit\n" + "\n".join(source.splitlines()[fn.lineno - 1:fn.end_lineno])
+    lines = source.splitlines()
+    text = "\n\n".join("@triton.jit\n" + "\n".join(lines[f.lineno - 1:f.end_lineno]) for f in [*jitted, fn])
+    for f in jitted:
+        text = re.sub(rf"\b{re.escape(f.name)}\b", f"_kf_{name}_{f.name.lstrip('_')}", text)
     return {"name": name, "source": helpers.rename(text), "positional": positional, "tunable": tunable,
             "fixed": {k: v for k, v in configs[0]["kwargs"].items() if k not in tunable},
             "configs": configs, "grid": _grid(inductor_meta, meta),

@@ -223,6 +223,18 @@ def test_a_split_count_picked_from_the_size_is_no_built_in_constant(tmp_path: Pa
     verified(prob, candidate(prob, FAMILY.variants(plan)[0]), tmp_path / "verify")
 
 
+@pytest.mark.slow
+def test_a_scan_kernels_combine_function_comes_along(tmp_path: Path) -> None:
+    """Inductor writes a scan's combine function as a second @triton.jit function in the kernel's source; it is
+    taken with its kernel, renamed after it (two kernels' helpers may share a name), and the module verifies."""
+    prob = problem(tmp_path, "reverse_cumsum", forward="return torch.cumsum(x.flip(1), dim=1).flip(1)")
+    plan = FAMILY.match(prob, None, "cpu")
+    scan = next(k for k in plan.lowered["kernels"] if "cumsum" in k["name"])
+    assert f"def _kf_{scan['name']}_triton_helper_fn_add0(" in scan["source"]
+    assert f", _kf_{scan['name']}_triton_helper_fn_add0)" in scan["source"]  # the scan's combine_fn argument
+    verified(prob, candidate(prob, FAMILY.variants(plan)[0]), tmp_path / "verify")
+
+
 def test_generation_is_kept_on_disk_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KERNELFLOW_CACHE", str(tmp_path / "cache"))
     inductor._memo.clear()  # this process's copies: only the disk is shared
