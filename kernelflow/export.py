@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import uuid
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,12 @@ import pandas as pd
 import torch
 from pydantic import BaseModel
 
+from kernelflow.artifacts import fmt
 from kernelflow.artifacts.problem_runs import runs_of
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.tables import model_of
 from kernelflow.artifacts.timed import latest_full_timing
-from kernelflow.artifacts.winner import Winner, winner
+from kernelflow.artifacts.winner import BASELINE_NAMES, Winner, winner
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, CompileResult, Problem, VerifyResult
 from kernelflow.stages.errors import KernelflowError
 from kernelflow.stages.problems.kernelbench import import_file, load_problem, workload_call
@@ -90,11 +92,11 @@ def choose(store: Store, problem_id: str, run_id: str | None = None, even_if_slo
                               + (f"it holds {', '.join(known)}" if known else "the store holds no benchmark"))
         if run_id is not None:
             raise ExportError(f"run {run_id!r} did not time problem {problem_id!r}; runs that did: {', '.join(timed)}")
-    options, verdicts = [], []
+    options, lost = [], []
     for run in [run_id] if run_id is not None else timed:
         won = winner(store, run)
         if won is None or (won.is_baseline and not (even_if_slower and won.best_candidate_id)):
-            verdicts.append(f"run {run}: {won.text if won else 'nothing timed'}")
+            lost.append((run, won))
             continue
         cid = won.id if not won.is_baseline else str(won.best_candidate_id)
         bench = latest_full_timing(store, run, cid)
@@ -102,10 +104,32 @@ def choose(store: Store, problem_id: str, run_id: str | None = None, even_if_slo
             options.append(Choice(run_id=run, device=bench.device, candidate_id=cid,
                                   speedup_vs_eager=bench.speedup_vs_eager, verdict=won))
     if not options:
-        hint = ("no candidate was verified and timed" if even_if_slower else
-                "nothing is exported; --even-if-slower exports the best verified candidate anyway, marked as slower")
-        raise ExportError(f"no kernel of {problem_id!r} beat the baselines ({'; '.join(verdicts)}): {hint}")
+        raise ExportError(_none_won(store, problem_id, lost, even_if_slower))
     return max(options, key=lambda c: (c.beats_baselines, c.device == "cuda", c.speedup_vs_eager))
+
+
+def _none_won(store: Store, problem_id: str, lost: list[tuple[str, Winner | None]], even_if_slower: bool) -> str:
+    """Why nothing is exported, in one line however many runs timed the problem: the runs, the baselines that won them,
+    the best candidate any of them timed (GPU runs before CPU runs; its speedup to 3 significant digits) and what to
+    do."""
+    won_by = Counter(BASELINE_NAMES[w.id] for _, w in lost if w is not None)
+    tallies = [f"{name} won {n}" for name, n in won_by.most_common()] + \
+        ([f"{n} timed no candidate nor baseline"] if (n := sum(w is None for _, w in lost)) else [])
+    text = f"no kernel of {problem_id!r} beat the baselines " + (
+        f"in run {lost[0][0]}: " + (f"the baseline {next(iter(won_by))} won" if won_by else "it timed nothing")
+        if len(lost) == 1 else f"in {len(lost)} runs: the baseline {', '.join(tallies)}")
+    best: tuple[bool, float, str, str, str] | None = None  # (on a GPU, speedup over eager, run, candidate, device)
+    for run, w in lost:
+        bench = latest_full_timing(store, run, w.best_candidate_id) if w is not None and w.best_candidate_id else None
+        if bench is not None and bench.speedup_vs_eager is not None:
+            mine = (bench.device == "cuda", bench.speedup_vs_eager, run, bench.candidate_id, bench.device)
+            best = max(best, mine) if best else mine
+    if best is None:
+        return f"{text}; no candidate was verified and timed"
+    _, speedup, run, cid, device = best
+    where = "" if len(lost) == 1 else f" (run {run})"
+    return (f"{text}; the best candidate, {cid}{where}, reached {fmt.speedup(speedup)} eager on {device}" +
+            ("" if even_if_slower else "; --even-if-slower exports it anyway, marked as slower"))
 
 
 def _problem(store: Store, run_id: str, problem_id: str, path: Path | None) -> Problem:
