@@ -40,15 +40,15 @@ def load(store: Store, table: str, run_id: str | Sequence[str] | None = None) ->
 
 
 def resolve_runs(store: Store, runs: Sequence[str] = (), campaign: str | None = None) -> list[str]:
-    """Run ids from the command line: ids, 'latest' (the last started run), or a campaign: 'all' (every run in the
+    """Run ids from the command line: ids of optimize runs or of checks (`kernelflow verify`/`bench`,
+    artifacts/checks.py), 'latest' (the optimize run started last), or a campaign: 'all' (every optimize run in the
     store), a campaign id (the runs the campaign flow recorded, artifacts/campaigns.py) or comma-separated run ids.
     Unknown ids raise with the list of known ones."""
+    from kernelflow.artifacts import checks
     from kernelflow.artifacts.campaigns import campaigns, run_ids
 
     known = load(store, "runs")
     ids = list(known.run_id) if not known.empty else []
-    if not ids:
-        raise KernelflowError(f"no runs in {store.root}")
     named = campaigns(store) if campaign not in (None, "all") else pd.DataFrame()
     if campaign is not None and not named.empty and campaign in set(named.campaign_id):
         members = run_ids(store, campaign)
@@ -57,10 +57,16 @@ def resolve_runs(store: Store, runs: Sequence[str] = (), campaign: str | None = 
         campaign = ",".join(members)
     wanted = [r for r in runs] + ([] if campaign is None else ids if campaign == "all" else
                                   [c.strip() for c in campaign.split(",") if c.strip()])
-    wanted = [ids[-1] if r == "latest" else r for r in wanted or ["latest"]]
-    missing = [r for r in wanted if r not in ids]
+    wanted = [(ids[-1] if ids else "latest") if r == "latest" else r for r in wanted or ["latest"]]
+    missing = [r for r in wanted if r not in ids and not checks.is_check(store, r, ids)]
     if missing:
-        raise KernelflowError(f"no run {', '.join(missing)} in {store.root}; runs: {', '.join(ids[-20:])}")
+        judged = checks.ids(store, ids)
+        if not ids and not judged:
+            raise KernelflowError(f"no runs in {store.root}")
+        known_ids = "; ".join(f"{what}: {', '.join(some[-20:])}" for what, some in
+                              (("optimize runs", ids), ("verify and bench runs", judged)) if some)
+        what = "no optimize run (for 'latest')" if "latest" in missing else f"no run {', '.join(missing)}"
+        raise KernelflowError(f"{what} in {store.root}; {known_ids}")
     return list(dict.fromkeys(wanted))
 
 

@@ -1,10 +1,11 @@
 """The HTML report of one run or many (a campaign): one self-contained file, from the artifact store alone.
 
-Sections: runs and campaign numbers; speedup trajectory per problem (each candidate's speedup over eager and the
-best so far, by the order the run generated them); the funnel generated → compiled → verified → faster than
-eager; a roofline of the profiled contenders (achieved FLOP/s against arithmetic intensity, with the GPU's
-ceilings where stages/measure/peaks.py knows it); seconds per stage; each run's leaderboard. Charts are inline SVG
-(artifacts/svg.py) and the page has no script and fetches nothing, so it opens from a mail or an archive.
+Sections: runs and campaign numbers, with the checks named (`kernelflow verify`/`bench`, artifacts/checks.py) and
+their verdicts; speedup trajectory per problem (each candidate's speedup over eager and the best so far, by the order
+the run generated them); the funnel generated → compiled → verified → faster than eager; a roofline of the profiled
+contenders (achieved FLOP/s against arithmetic intensity, with the GPU's ceilings where stages/measure/peaks.py knows
+it); seconds per stage; each run's leaderboard. Charts are inline SVG (artifacts/svg.py) and the page has no script
+and fetches nothing, so it opens from a mail or an archive.
 
     kernelflow report latest --out report.html       # or: RUN_ID ..., --campaign all, --campaign ID,ID
 """
@@ -18,7 +19,7 @@ from html import escape
 
 import pandas as pd
 
-from kernelflow.artifacts import analysis, svg
+from kernelflow.artifacts import analysis, checks, svg
 from kernelflow.artifacts.leaderboard import leaderboard
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.winner import winner
@@ -55,17 +56,19 @@ def report(store: Store, run_ids: Sequence[str]) -> str:
     for frame in (cands, points):  # a run without a run record (e.g. profiles alone) is named by its rows
         names.update({r: p for r, p in zip(frame.run_id, frame.problem_id, strict=True) if r not in names})
     problems = sorted(set(names.values()))
+    recorded = set(runs.run_id) if not runs.empty else set()
+    judged = {r: found for r in run_ids if r not in recorded and (found := checks.checks(store, r))}
     title = f"kernelflow report: {len(run_ids)} run{'s' * (len(run_ids) != 1)}, {len(problems)} " \
             f"problem{'s' * (len(problems) != 1)}"
     body = "".join([
         f"<h1>{escape(title)}</h1><p>store {escape(store.location)}; written "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC</p>",
-        _summary(store, run_ids, runs, cands, len(problems)),
+        _summary(store, run_ids, runs, cands, len(problems), judged),
         _trajectories(store, run_ids, names, cands),
         _funnel(cands),
         _roofline(store, run_ids, points),
         _stage_times(store, run_ids, runs, names),
-        _leaderboards(store, run_ids, runs, names),
+        _leaderboards(store, run_ids, runs, names, judged),
     ])
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{STYLE}</style></head><body>{body}</body></html>\n")
@@ -92,7 +95,8 @@ def _cell(value: object) -> str:
     return f"<td>{escape(str(value))}</td>"
 
 
-def _summary(store: Store, run_ids: Sequence[str], runs: pd.DataFrame, cands: pd.DataFrame, n_problems: int) -> str:
+def _summary(store: Store, run_ids: Sequence[str], runs: pd.DataFrame, cands: pd.DataFrame, n_problems: int,
+             judged: dict[str, list[checks.Check]]) -> str:
     out = ['<h2 id="summary">Runs</h2>']
     if not runs.empty and (runs.device == "cpu").any():
         out.append('<p class="note">CPU runs: Triton candidates ran in Triton\'s interpreter, so their times show that '
@@ -102,9 +106,18 @@ def _summary(store: Store, run_ids: Sequence[str], runs: pd.DataFrame, cands: pd
     out.append(f"<p>{n_problems} problems; {len(best)} with a verified candidate; geomean of the best candidates' "
                f"speedup over eager {'-' if geomean is None else f'{geomean:.3f}x'} (over those); fast_1 "
                f"(faster than eager) {int((best > 1.0).sum())}/{n_problems}.</p>")
-    unrecorded = [r for r in run_ids if runs.empty or r not in set(runs.run_id)]
-    if unrecorded:  # `kernelflow verify` / `bench`, or tables copied without their runs
+    unrecorded = [r for r in run_ids if (runs.empty or r not in set(runs.run_id)) and r not in judged]
+    if unrecorded:  # e.g. profiles alone, or tables copied without their candidates and runs
         out.append(f'<p class="empty">no run record for {escape(", ".join(unrecorded))}</p>')
+    if judged:
+        rows = [{"run": c.run_id, "problem": c.candidate.problem_id, "command": f"kernelflow {c.command}",
+                 "candidate": c.candidate.id, "file": c.candidate.origin.params.get("path"), "device": c.device,
+                 "verdict": c.verdict, "reason": c.reason,
+                 "x eager": c.timed.speedup_vs_eager if c.timed else None,
+                 "x torch.compile": c.timed.speedup_vs_compile if c.timed else None}
+                for found in judged.values() for c in found]
+        out.append("<p>Checks of a candidate file by <code>kernelflow verify</code> and <code>bench</code> (no run "
+                   "record: their stage rows)</p>" + table(pd.DataFrame(rows), "checks"))
     if runs.empty:
         return "".join(out)
     state = analysis.load(store, "search_state", run_ids)
@@ -228,10 +241,12 @@ def _stage_times(store: Store, run_ids: Sequence[str], runs: pd.DataFrame, names
         table(overall, "stage-times")
 
 
-def _leaderboards(store: Store, run_ids: Sequence[str], runs: pd.DataFrame, names: dict[str, str]) -> str:
+def _leaderboards(store: Store, run_ids: Sequence[str], runs: pd.DataFrame, names: dict[str, str],
+                  judged: dict[str, list[checks.Check]]) -> str:
     out = ['<h2 id="leaderboard">Leaderboards</h2>']
     notes = dict(zip(runs.run_id, runs.get("winner_note", pd.Series([""] * len(runs))), strict=True)) \
         if not runs.empty else {}
+    notes.update({run: "; ".join(c.summary() for c in found) for run, found in judged.items()})
     for run in run_ids:
         won = winner(store, run)
         note = notes.get(run)

@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import sys
+import uuid
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,7 +119,8 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
-    """`verify` (timed False) and `bench`: a user's candidate file through the run steps (flows/steps.py)."""
+    """`verify` (timed False) and `bench`: a user's candidate file through the run steps (flows/steps.py), recorded as a
+    check (artifacts/checks.py) whose run id `show` and `report` take."""
     from kernelflow import preflight
 
     mode = _executor(args)  # the checks that need no torch first
@@ -127,67 +129,62 @@ def cmd_verify(args: argparse.Namespace, timed: bool) -> int:
     device = preflight.device(args.device)
     _, problem = preflight.problem(args.problem)
     store = preflight.store(args.store)
-    from kernelflow.artifacts import fmt
-    from kernelflow.artifacts.problem_runs import index
+    from kernelflow.artifacts import checks
+    from kernelflow.artifacts.problem_runs import index, partition
     from kernelflow.flows.recorder import Recorder
     from kernelflow.flows.steps import Steps
     from kernelflow.stages.contracts import Candidate, Origin
     from kernelflow.stages.harness.candidate import backend_of
     from kernelflow.stages.problems import defaults
 
-    candidate = Candidate.make(problem.id, args.backend or backend_of(source), source,
-                               Origin(kind="user", proposer="file", params={"path": str(Path(args.candidate).resolve())}))
+    command = "bench" if timed else "verify"
+    candidate = Candidate.make(problem.id, args.backend or backend_of(source), source, Origin(
+        kind="user", proposer="file", params={"path": str(Path(args.candidate).resolve()), "command": command}))
     sizes = args.sizes or defaults.timed_sizes(problem, device)
-    run_id = f"cli-{datetime.now(UTC):%Y%m%dT%H%M%S}-{problem.id}"
+    run_id = f"{checks.PREFIX}{datetime.now(UTC):%Y%m%dT%H%M%S}-{partition(problem.id)[:170]}-{uuid.uuid4().hex[:6]}"
     steps = Steps(Recorder(store, run_id), mode, args.timeout)
-    print(f"{candidate.backend} candidate {candidate.id} for {problem.id} on {device}; artifacts under "
-          f"{store.location} (run {run_id})", flush=True)
+    print(f"run {run_id}: {candidate.backend} candidate {candidate.id} for {problem.id} on {device}, recorded in "
+          f"{store.location}", flush=True)
     results: list = [steps.compile(problem, candidate)]
     if results[-1].status == "ok":
         results.append(steps.verify(problem, candidate, device, defaults.verified_sizes(problem, device, sizes)))
     for r in results:
-        kind = f": {r.failure_kind}" if r.failure_kind else ""
-        print(f"{type(r).__name__.removesuffix('Result').lower():8s} {r.status}{kind}: {r.message}")
-    if results[-1].status != "ok" or len(results) < 2:
-        print("REJECTED", file=sys.stderr)
-        return 1
-    if not timed:
-        print("VERIFIED")
-        return 0
-    timed_result = steps.benchmark(problem, candidate, device, sizes, chosen_baselines or defaults.baselines(device),
-                                   budget_s=defaults.timing_budget_s(device))
-    index(store, problem.id, run_id)  # a run that timed the problem: `kernelflow export` considers it
-    kind = f": {timed_result.failure_kind}" if timed_result.failure_kind else ""
-    print(f"benchmark {timed_result.status}{kind}: {timed_result.message}")
-    if timed_result.status != "ok" or not timed_result.timings:
-        print("REJECTED", file=sys.stderr)
-        return 1
-    unit = "GPU" if device == "cuda" else "CPU (not comparable with GPU numbers)"
-    print(f"{'workload':10s} {'contender':10s} {'median us':>12s} {'95% CI':>24s} {'reps':>5s}   [{unit}]")
-    for t in timed_result.timings:
-        print(f"{t.workload:10s} {t.contender:10s} {fmt.us(t.median_us):>12s} "
-              f"{f'[{fmt.us(t.ci_low_us)}, {fmt.us(t.ci_high_us)}]':>24s} {t.n_reps:5d}")
-    print(f"speedup vs eager {fmt.speedup(timed_result.speedup_vs_eager)}, vs torch.compile "
-          f"{fmt.speedup(timed_result.speedup_vs_compile)}")
-    return 0
+        print(checks.result_line(r))
+    if timed and results[-1].status == "ok" and len(results) == 2:
+        index(store, problem.id, run_id)  # a run that timed the problem: `kernelflow export` considers it
+        results.append(steps.benchmark(problem, candidate, device, sizes, chosen_baselines or defaults.baselines(device),
+                                       budget_s=defaults.timing_budget_s(device)))
+        print(checks.result_line(results[-1]))
+        if results[-1].status == "ok" and results[-1].timings:
+            print("\n".join(checks.timing_lines(results[-1])))
+    verdict = checks.verdict(results, timed)
+    print(verdict, file=sys.stdout if verdict == "VERIFIED" else sys.stderr, flush=True)
+    print(f"again with `kernelflow show {run_id} --store {store.location}`")
+    return 0 if verdict == "VERIFIED" else 1
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """An optimize run's summary and leaderboard, or a check's lines (`verify`/`bench`: artifacts/checks.py); `latest`
+    is the optimize run started last."""
     from kernelflow import preflight
-    from kernelflow.artifacts import fmt
+    from kernelflow.artifacts import checks, fmt
     from kernelflow.artifacts.leaderboard import baseline_medians, leaderboard, render_board
 
     store = preflight.store(args.store, reading=True)
     runs = store.runs()
-    if runs.empty:
-        print(f"no runs in {store.location}", file=sys.stderr)
+    recorded = list(runs.sort_values("started_at").run_id) if not runs.empty else []
+    if args.run != "latest" and checks.is_check(store, args.run, recorded):
+        print("\n\n".join("\n".join(check.lines()) for check in checks.checks(store, args.run)))
+        return 0
+    run_id = recorded[-1] if args.run == "latest" and recorded else args.run
+    if run_id not in recorded:
+        judged = checks.ids(store, recorded)
+        known = "; ".join(f"{what}: {', '.join(ids[-10:])}" + (f" (and {len(ids) - 10} earlier)" if len(ids) > 10 else "")
+                          for what, ids in (("optimize runs", recorded), ("verify and bench runs", judged)) if ids)
+        wanted = "no optimize run (for 'latest')" if args.run == "latest" else f"no run {run_id!r}"
+        print(f"{wanted} in {store.location}; {known}" if known else f"no runs in {store.location}", file=sys.stderr)
         return 1
-    run_id = runs.sort_values("started_at").run_id.iloc[-1] if args.run == "latest" else args.run
-    record = runs[runs.run_id == run_id]
-    if record.empty:
-        print(f"no run {run_id!r} in {store.location}; runs: {', '.join(runs.run_id)}", file=sys.stderr)
-        return 1
-    r = record.iloc[0]
+    r = runs[runs.run_id == run_id].iloc[0]
     print(f"run {run_id}: {r.problem_id} on {r.device} ({r.sizes} shapes), {r.status}: {r.stop_reason}")
     print(f"candidates {r.n_candidates}, verified {r.n_verified}, best {r.best_candidate_id} "
           f"({fmt.speedup(r.best_speedup_vs_eager)} vs eager)")
@@ -497,15 +494,17 @@ def parser() -> argparse.ArgumentParser:
         executor_options(sp)
         common(sp)
         sp.set_defaults(fn=lambda a, t=timed: cmd_verify(a, t))
-    s = sub.add_parser("show", help="leaderboard of a run, from the artifacts alone")
-    s.add_argument("run", nargs="?", default="latest")
+    s = sub.add_parser("show", help="leaderboard of a run, or what a verify or bench recorded, from the artifacts alone")
+    s.add_argument("run", nargs="?", default="latest", help="a run id: an optimize run's, or the one verify or bench "
+                   "printed; 'latest' (the default): the optimize run started last")
     s.add_argument("--store", help=STORE_HELP)
     s.set_defaults(fn=cmd_show)
     r = sub.add_parser("report", help="one self-contained HTML report (plots, leaderboards) of runs, from the "
                        "artifacts alone (docs/REPORTS.md)")
-    r.add_argument("runs", nargs="*", help="run ids, or 'latest' (the default)")
-    r.add_argument("--campaign", metavar="all|RUN_ID,RUN_ID", help="several runs: 'all' (every run in the store) or "
-                   "comma-separated run ids")
+    r.add_argument("runs", nargs="*", help="run ids (optimize runs', or those verify and bench printed), or 'latest' "
+                   "(the default: the optimize run started last)")
+    r.add_argument("--campaign", metavar="all|RUN_ID,RUN_ID", help="several runs: 'all' (every optimize run in the "
+                   "store), a campaign id or comma-separated run ids")
     r.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
     r.add_argument("--store", help=STORE_HELP)
     r.set_defaults(fn=cmd_report)
