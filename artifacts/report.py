@@ -19,7 +19,7 @@ from html import escape
 
 import pandas as pd
 
-from kernelflow.artifacts import analysis, checks, svg
+from kernelflow.artifacts import analysis, checks, fmt, svg
 from kernelflow.artifacts.leaderboard import leaderboard
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.winner import winner
@@ -81,17 +81,19 @@ def table(frame: pd.DataFrame, cls: str, highlight: str | None = None, key: str 
     head = "".join(f"<th>{escape(str(c))}</th>" for c in frame.columns)
     rows = []
     for rec in frame.to_dict("records"):
-        cells = "".join(_cell(v) for v in rec.values())
+        cells = "".join(_cell(v, str(c)) for c, v in rec.items())
         mark = ' class="winner"' if highlight is not None and rec.get(key) == highlight else ""
         rows.append(f"<tr{mark}>{cells}</tr>")
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, column: str) -> str:
+    """A number as the CLI prints it: microseconds (a column ending in _us) to one decimal, others to 3 significant
+    digits."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return '<td class="num">-</td>'
     if isinstance(value, float):
-        return f'<td class="num">{value:.4g}</td>'
+        return f'<td class="num">{fmt.us(value) if column.endswith("_us") else fmt.sig(value)}</td>'
     return f"<td>{escape(str(value))}</td>"
 
 
@@ -104,7 +106,7 @@ def _summary(store: Store, run_ids: Sequence[str], runs: pd.DataFrame, cands: pd
     best = cands[cands.competes].groupby("problem_id").speedup_vs_eager.max() if not cands.empty else pd.Series()
     geomean = math.exp(sum(math.log(v) for v in best) / len(best)) if len(best) else None
     out.append(f"<p>{n_problems} problems; {len(best)} with a verified candidate; geomean of the best candidates' "
-               f"speedup over eager {'-' if geomean is None else f'{geomean:.3f}x'} (over those); fast_1 "
+               f"speedup over eager {'-' if geomean is None else fmt.speedup(geomean)} (over those); fast_1 "
                f"(faster than eager) {int((best > 1.0).sum())}/{n_problems}.</p>")
     unrecorded = [r for r in run_ids if (runs.empty or r not in set(runs.run_id)) and r not in judged]
     if unrecorded:  # e.g. profiles alone, or tables copied without their candidates and runs
@@ -144,10 +146,10 @@ def _trajectories(store: Store, run_ids: Sequence[str], names: dict[str, str], c
             color = svg.PALETTE[i % len(svg.PALETTE)]
             dots = [(float(r.index), None if pd.isna(r.speedup_vs_eager) else float(r.speedup_vs_eager),
                      f"#{r.index} {r.candidate_id} {r.proposer} {r.params}: " +
-                     (f"{r.speedup_vs_eager:.3f}x eager" if pd.notna(r.speedup_vs_eager) else r.reason))
+                     (f"{fmt.speedup(r.speedup_vs_eager)} eager" if pd.notna(r.speedup_vs_eager) else r.reason))
                     for r in rows.itertuples()]
             best = rows.best_so_far.ffill()
-            steps = [(float(x), float(y), f"best so far {y:.3f}x") for x, y in zip(rows["index"], best, strict=True)
+            steps = [(float(x), float(y), f"best so far {fmt.speedup(y)}") for x, y in zip(rows["index"], best, strict=True)
                      if pd.notna(y)]
             series += [svg.Series(f"{run} candidates", dots, color), svg.Series(f"{run} best", steps, color, "step",
                                                                                  markers=False)]
@@ -156,7 +158,7 @@ def _trajectories(store: Store, run_ids: Sequence[str], names: dict[str, str], c
             if won and "compile" in won.baselines and i == 0:
                 hlines.append((won.baselines["compile"], "torch.compile", "#2ca02c"))
         best_all = group.speedup_vs_eager.where(group.competes).max()
-        caption = f"{problem}: best {best_all:.3f}x eager" if pd.notna(best_all) else f"{problem}: nothing verified"
+        caption = f"{problem}: best {fmt.speedup(best_all)} eager" if pd.notna(best_all) else f"{problem}: nothing verified"
         figures.append(f'<figure class="trajectory" data-problem="{escape(str(problem))}">' +
                        svg.chart(series, x_label="candidate", y_label="speedup vs eager (x)", log_y=True,
                                  integer_x=True, hlines=hlines, label=f"speedup trajectory of {problem}") +

@@ -16,6 +16,7 @@ import math
 import pandas as pd
 from pydantic import BaseModel
 
+from kernelflow.artifacts.fmt import speedup as x
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.timed import full_calls
 from kernelflow.stages.contracts import BASELINE_LABELS
@@ -85,16 +86,16 @@ def winner(store: Store, run_id: str) -> Winner | None:
         vs_compile = cand_e / contenders["compile"] if "compile" in contenders else None
         return Winner(id=best_id, is_baseline=False, speedup_vs_eager=cand_e, speedup_vs_compile=vs_compile,
                       best_candidate_id=best_id, best_speedup_vs_compile=cand_c, baselines=contenders,
-                      text=f"winner: candidate {best_id}, {cand_e:.3f}x eager"
-                           + (f", {vs_compile:.3f}x torch.compile" if vs_compile else ""))
+                      text=f"winner: candidate {best_id}, {x(cand_e)} eager"
+                           + (f", {x(vs_compile)} torch.compile" if vs_compile else ""))
     speed = contenders[baseline]
     vs_compile = speed / contenders["compile"] if "compile" in contenders else None
     if best_id is None or cand_e is None:
         why = "no candidate was verified and timed"
     else:
-        why = f"the best candidate {best_id} reached {cand_e:.3f}x eager" + (
-            f", {cand_e / speed:.3f}x {BASELINE_NAMES[baseline]}" if baseline != "eager" else "")
+        why = f"the best candidate {best_id} reached {x(cand_e)} eager" + (
+            f", {x(cand_e / speed)} {BASELINE_NAMES[baseline]}" if baseline != "eager" else "")
     return Winner(id=baseline, is_baseline=True, speedup_vs_eager=speed, speedup_vs_compile=vs_compile,
                   best_candidate_id=best_id, best_speedup_vs_compile=cand_c, baselines=contenders,
-                  text=f"winner: the baseline {BASELINE_NAMES[baseline]} ({speed:.3f}x eager); {why}; "
+                  text=f"winner: the baseline {BASELINE_NAMES[baseline]} ({x(speed)} eager); {why}; "
                        "keep what you have")
