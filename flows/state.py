@@ -58,6 +58,7 @@ class SearchState:
         self.lessons: list[str] = []  # search memory: verified conclusions a strategy hands to the proposer
         self.promoted_structures: list[str] = []  # the structures profiled so far (delayed profiling)
         self.round: list[Proposal] = []  # a round in progress: its turns not yet evaluated (saved with the state)
+        self.slowest_s = 0.0  # the longest evaluation of a candidate so far (its profile excluded), s
         self.gpu_s = 0.0  # device seconds of verify, benchmark and profile calls (on a CPU run: CPU seconds)
         self.llm = LLMBudget(max_tokens=config.llm.max_tokens, max_usd=config.llm.max_usd)
         self.barren = 0  # proposals in a row that gave no candidate (an LLM reply with no usable code)
@@ -123,6 +124,22 @@ class SearchState:
         from `started`); else None."""
         elapsed, budget = time.monotonic() - self.started, self.config.wall_time_s
         return f"wall-time budget of {budget:g} s spent ({elapsed:.0f} s)" if elapsed > budget else None
+
+    def evaluated(self, seconds: float) -> None:
+        """A candidate's evaluation took `seconds`: the estimate of the next one's."""
+        self.slowest_s = max(self.slowest_s, seconds)
+
+    def no_room(self) -> str | None:
+        """Why the run may start no other candidate: its wall-time is spent, or what is left of it is shorter than
+        the slowest candidate so far took (one begun is evaluated to its end, so one begun late would overrun the
+        budget by its whole evaluation); else None."""
+        if (late := self.overtime()) is not None:
+            return late
+        left = self.config.wall_time_s - (time.monotonic() - self.started)
+        if left < self.slowest_s:
+            return (f"wall-time budget of {self.config.wall_time_s:g} s: {left:.0f} s left, less than the slowest "
+                    f"candidate so far took ({self.slowest_s:.0f} s)")
+        return None
 
     def spend_llm(self, calls: list[LLMCall]) -> None:
         for call in calls:

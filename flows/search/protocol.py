@@ -128,7 +128,7 @@ def spent(state: SearchState) -> str | None:
     config = state.config
     if len(state.tried) >= config.budget:
         return f"candidate budget of {config.budget} spent"
-    if (late := state.overtime()) is not None:
+    if (late := state.no_room()) is not None:
         return late
     if config.gpu_seconds is not None and state.gpu_s >= config.gpu_seconds:
         return f"device-time budget of {config.gpu_seconds:.0f} s spent ({state.gpu_s:.0f} s)"
@@ -142,11 +142,11 @@ def search(run: Run, strategy: Strategy, evaluate_one: Callable[[Candidate], flo
     """Evaluate `pending` first (a resumed run's unfinished candidates, a warm start's seed, seeds), each only while
     the run's wall-time lasts, then select, propose, evaluate, keep the best, tell the strategy and save its state;
     raises StopSearch with the reason. Budgets are checked between candidates: one begun in time is evaluated to its
-    end."""
+    end, so none begins once the wall-time left is shorter than the slowest candidate so far took."""
     state = run.state
     progress = cast(UUID, create_progress_artifact(0.0, description=f"candidates of {run.id}"))
     for candidate in pending or []:
-        if (late := state.overtime()) is not None:
+        if (late := state.no_room()) is not None:
             raise StopSearch(late)
         consider(run, strategy, candidate, evaluate_one, profile_one)
     while True:
@@ -236,6 +236,7 @@ def consider(run: Run, strategy: Strategy, candidate: Candidate, evaluate_one: C
     progress.candidate_started(state, candidate)
     began = time.monotonic()
     speedup = strategy.evaluate(run, candidate, evaluate_one)
+    state.evaluated(time.monotonic() - began)
     progress.candidate_finished(state, candidate, speedup, time.monotonic() - began, time.monotonic() - state.started)
     if speedup and (state.best is None or speedup > state.best[0]):
         state.crown(candidate, speedup)
