@@ -17,11 +17,14 @@ from tests.s3_fixtures import moto_url, proxy, s3  # noqa: E402, F401  (S3 fixtu
 
 @pytest.fixture(scope="session")
 def prefect_harness():
-    """Prefect's own test harness: a temporary database and API for flow-level tests (~10 s to start)."""
+    """Prefect's own test harness: a temporary database and API for flow-level tests (~10 s to start; given as long as
+    the CLI gives its own server, since a loaded 2-core machine passes the harness's default 30 s)."""
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness():
+    from kernelflow.cli import EPHEMERAL_STARTUP_S
+
+    with prefect_test_harness(server_startup_timeout=EPHEMERAL_STARTUP_S):
         yield
 
 
