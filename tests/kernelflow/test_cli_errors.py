@@ -4,7 +4,6 @@
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -88,9 +87,7 @@ def test_optimize_on_a_broken_problem_fails_fast_without_starting_prefect(tmp_pa
     for problem, says in ((syntax_error, f"problem file {syntax_error}: does not import: SyntaxError"),
                           (BROKEN / "no_model.py", "no_model.py: defines no class Model(nn.Module)"),
                           (BROKEN / "nan_reference.py", "nan_reference.py: the reference output has NaN/Inf at cpu0")):
-        started = time.monotonic()
         output = refused("optimize", str(problem), "--device", "cpu", store=tmp_path, says=says)
-        assert time.monotonic() - started < 15, output
         assert not any(word in output for word in ("prefect", "Prefect", "Starting", "Finished in state")), output
     assert no_prefect(tmp_path)
 
