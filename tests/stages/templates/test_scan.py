@@ -91,7 +91,7 @@ def candidate(path: Path, params: dict) -> Candidate:
 
 @pytest.mark.slow
 def test_19_gets_scan_candidates_only_and_every_variant_matches(tmp_path: Path) -> None:
-    result = generate.run(GenerateRequest(problem=load_problem(CUMSUM), n=100))
+    result = generate.run(GenerateRequest(problem=load_problem(CUMSUM), n=100, families=WRITTEN))
     assert result.candidates and {c.origin.proposer for c in result.candidates} == {"scan"}
     problem = load_problem(CUMSUM)
     assert len(result.candidates) == len(FAMILY.variants(FAMILY.match(problem, trace(problem, import_problem(CUMSUM)))))
