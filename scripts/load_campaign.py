@@ -83,14 +83,16 @@ WORKLOADS = {{"gpu": [dict(batch_size=64, dim=256)], "cpu": [dict(batch_size=4, 
 '''
 
 
-def write_suite(where: Path, n_problems: int, candidates: int, executor: str, profile: bool) -> Path:
+def write_suite(where: Path, n_problems: int, candidates: int, executor: str, profile: bool,
+                families: list[str] | None = None) -> Path:
     problems = where / "problems"
     problems.mkdir(parents=True, exist_ok=True)
     for i in range(n_problems):
         (problems / f"load_{i:03d}.py").write_text(problem_source(i))
+    asked = f", families: {json.dumps(families)}" if families else ""  # else every family, the default
     lines = ["name: load", "device: cpu", f"executor: {executor}", "regression_floor: 0.5",
              f"defaults: {{budget: {candidates}, strategy: greedy, proposer: load-grid, seeds: 0, "
-             f"profile: {str(profile).lower()}}}",
+             f"profile: {str(profile).lower()}{asked}}}",
              "problems:"] + [f"  - problems/load_{i:03d}.py" for i in range(n_problems)]
     suite = where / "suite.yaml"
     suite.write_text("\n".join(lines) + "\n")
@@ -430,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, nargs=2, metavar=("MIN", "MAX"), help="timing repetitions per contender "
                         "and shape (default: the benchmark stage's own, 20..300 until the interval is within 2%%)")
     parser.add_argument("--timing-budget-s", type=float, default=30.0, help="with --reps: seconds per shape at most")
+    parser.add_argument("--families", metavar="A,B", help="the template families each run asks at its start (the "
+                        "coverage in its runs row; the load-grid proposer renders elementwise alone), a comma list; "
+                        "default all, as a campaign of the builtin proposer does")
     args = parser.parse_args(argv)
     if not 1 <= args.candidates <= len(GRID):
         parser.error(f"--candidates must be 1..{len(GRID)}")
@@ -447,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     from kernelflow.stages.proposers import PROPOSERS
 
     PROPOSERS["load-grid"] = grid_proposer
-    suite = write_suite(where, args.problems, args.candidates, args.executor, args.profile)
+    suite = write_suite(where, args.problems, args.candidates, args.executor, args.profile,
+                        args.families.split(",") if args.families else None)
     if args.history:
         history(where / "store", args.history)
     out = Path(args.out or where / "load.json")
@@ -472,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     store_root = Path(result["store"])
     report = dict(
         problems=args.problems, candidates_per_problem=args.candidates, executor=args.executor, profile=args.profile,
+        families=args.families,
         history_runs=args.history, reps=args.reps, timing_budget_s=args.timing_budget_s if args.reps else None,
         campaign_id=result["campaign_id"], workdir=str(where), wall_s=wall,
         versions=dict(python=sys.version.split()[0], prefect=prefect.__version__, pandas=pandas.__version__,

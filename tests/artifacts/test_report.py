@@ -18,6 +18,7 @@ from kernelflow.cli import main as cli
 from kernelflow.flows.config import RunConfig
 from kernelflow.stages.contracts import ProfileResult
 from tests.browser import browser, watch
+from tests.families import WRITTEN
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
 
@@ -27,12 +28,14 @@ H200_PROFILES = sorted((ROOT / "bench" / "profiles").glob("*.json"))
 
 @pytest.fixture(scope="module")
 def campaign(prefect_harness, tmp_path_factory) -> tuple[Store, list[str], str]:
-    """Two optimize runs, two strategies: 09_silu under the ladder (rungs), 17 under greedy; and a wrong softmax
-    judged by `kernelflow verify` (a run of one rejected candidate, with no run record)."""
+    """Two optimize runs, two strategies: 09_silu under the ladder (rungs), 17 under greedy, each of the families
+    kernelflow writes (elementwise candidates); and a wrong softmax judged by `kernelflow verify` (a run of one
+    rejected candidate, with no run record)."""
     from kernelflow.flows.optimize import optimize
 
     root = tmp_path_factory.mktemp("campaign")
-    ids = [optimize(str(ROOT / "problems" / name), RunConfig(budget=budget, store=str(root), device="cpu", executor="inline", strategy=strategy))["run_id"]
+    ids = [optimize(str(ROOT / "problems" / name), RunConfig(budget=budget, store=str(root), device="cpu", executor="inline",
+                                                             strategy=strategy, families=WRITTEN))["run_id"]
            for name, budget, strategy in (("09_silu.py", 2, "ladder"), ("17_elementwise_chain.py", 2, "greedy"))]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         assert cli(["verify", str(ROOT / "problems" / "01_softmax.py"), str(ROOT / "tests" / "fixtures" /

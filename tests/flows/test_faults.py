@@ -37,6 +37,7 @@ from kernelflow.stages.llm import client
 from kernelflow.stages.llm.client import LLMError, LLMSettings, complete
 from kernelflow.stages.problems.kernelbench import load_problem
 from tests.fake_openai import FakeOpenAI, Scripted
+from tests.families import WRITTEN
 from tests.prefect_server import prefect_server
 from tests.s3_fixtures import candidate as s3_candidate
 from tests.s3_fixtures import checked, keys
@@ -117,7 +118,7 @@ def run_killed_then_resumed(tmp_path: Path, env: dict[str, str]) -> None:
     store_dir, budget = tmp_path / "store", 4
     env = env | {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}
     cmd = [sys.executable, "-m", "kernelflow.cli", "optimize", SILU, "--budget", str(budget), "--device", "cpu",
-           "--store", str(store_dir)]
+           "--families", ",".join(WRITTEN), "--store", str(store_dir)]
     log = tmp_path / "first.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -180,7 +181,8 @@ def test_b_a_run_with_s3_down_finishes_and_its_spool_reaches_s3_once_it_is_back(
     monkeypatch.setenv("KERNELFLOW_STORE_LOCAL", str(tmp_path / "worker"))
     proxy.stop()
     with pytest.warns(MirrorWarning, match="not uploaded"):
-        summary = optimize(SILU, RunConfig(budget=1, store=url, device="cpu", executor="inline", profile=False))
+        summary = optimize(SILU, RunConfig(budget=1, store=url, device="cpu", executor="inline", profile=False,
+                                           families=WRITTEN))
     assert summary["stop_reason"] == "candidate budget of 1 spent" and keys(s3_client, bucket) == []
     spooled = list((tmp_path / "worker" / "spool").glob("[0-9]*"))
     assert spooled, "nothing was spooled while S3 was down"
@@ -335,7 +337,8 @@ def run_scripted(monkeypatch, tmp_path: Path, sources: list[tuple[str, str]], de
 
     monkeypatch.setitem(PROPOSERS, "scripted", scripted(sources))
     summary = optimize(SILU, RunConfig(budget=len(sources), store=str(tmp_path / "store"), device=device,
-                                       proposer="scripted", executor="subprocess", **{"seeds": 0, **kw}))
+                                       proposer="scripted", executor="subprocess",
+                                       **{"seeds": 0, "families": WRITTEN, **kw}))
     assert summary["stop_reason"] == f"candidate budget of {len(sources)} spent", summary
     return Store(tmp_path / "store"), summary["run_id"]
 

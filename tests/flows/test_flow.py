@@ -15,6 +15,7 @@ from kernelflow.artifacts.store import Store
 from kernelflow.cli import main as cli
 from kernelflow.flows.config import RunConfig
 from kernelflow.stages.problems.kernelbench import load_problem
+from tests.families import WRITTEN
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
 
@@ -29,6 +30,8 @@ def bench_script():
 
 
 def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
+    """Every family asked (the default), so the families take turns and Inductor's candidate is one of the three:
+    the inductor family's path through the flow (the other flow tests ask the families kernelflow writes)."""
     from kernelflow.flows.optimize import optimize
 
     summary = optimize(str(ROOT / "problems" / "17_elementwise_chain.py"), RunConfig(budget=3, store=str(tmp_path), device="cpu"))
@@ -37,6 +40,7 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
     tables = {t: pd.read_parquet(tmp_path / "tables" / t) for t in
               ("runs", "problems", "candidates", "compiles", "verifications", "timings", "baselines")}
     assert len(tables["candidates"]) == 3 and len(tables["verifications"]) == 3
+    assert set(tables["candidates"].origin_proposer) == {"elementwise", "inductor"}
     assert set(tables["runs"].status) == {"running", "finished"}
     assert (tables["verifications"].status == "ok").all(), tables["verifications"].message.tolist()
     profiles, feedback = (pd.read_parquet(tmp_path / "tables" / t) for t in ("profiles", "feedback"))
@@ -69,7 +73,8 @@ def test_optimize_flow_end_to_end(prefect_harness, tmp_path: Path):
 def test_optimize_flow_with_a_search_strategy(prefect_harness, tmp_path: Path, strategy: str):
     from kernelflow.flows.optimize import optimize
 
-    summary = optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(budget=5, store=str(tmp_path), device="cpu", executor="inline", profile=False, strategy=strategy))
+    summary = optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(
+        budget=5, store=str(tmp_path), device="cpu", executor="inline", profile=False, strategy=strategy, families=WRITTEN))
     runs, cands = (pd.read_parquet(tmp_path / "tables" / t) for t in ("runs", "candidates"))
     assert runs.status.iloc[-1] == "finished" and summary["stop_reason"] == "candidate budget of 5 spent"
     assert len(cands) == 5 and set(cands.parent_id.dropna()) <= set(cands.id) and cands.parent_id.notna().any()
@@ -163,7 +168,7 @@ def test_flow_publishes_leaderboard_artifact(prefect_harness, tmp_path: Path):
 
     from kernelflow.flows.optimize import optimize
 
-    optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(budget=1, store=str(tmp_path), device="cpu"))
+    optimize(str(ROOT / "problems" / "09_silu.py"), RunConfig(budget=1, store=str(tmp_path), device="cpu", families=WRITTEN))
     with get_client(sync_client=True) as client:
         keys = {a.key for a in client.read_artifacts()}
     assert "leaderboard-09-silu" in keys
@@ -173,7 +178,7 @@ def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_
     from kernelflow.flows.optimize import optimize
 
     sort = ROOT / "tests" / "fixtures" / "problems" / "sort.py"  # no family renders a sort
-    summary = optimize(str(sort), RunConfig(budget=2, store=str(tmp_path), device="cpu"))
+    summary = optimize(str(sort), RunConfig(budget=2, store=str(tmp_path), device="cpu", families=WRITTEN))
     assert summary["best_candidate_id"] is None and "gave no candidate: no template family matches" in \
         summary["stop_reason"]
     assert summary["winner"] == "eager" and "no candidate was verified" in summary["winner_note"]
@@ -188,7 +193,8 @@ def test_problem_without_template_stops_with_reason_and_keeps_baselines(prefect_
 def test_a_run_policy_overrides_the_problems_for_every_stage(prefect_harness, tmp_path: Path):
     from kernelflow.flows.optimize import optimize
 
-    summary = optimize(str(ROOT / "problems" / "11_linear_bias_gelu.py"), RunConfig(budget=1, store=str(tmp_path), device="cpu", policy={"allow_vendor_libraries": False}))
+    summary = optimize(str(ROOT / "problems" / "11_linear_bias_gelu.py"), RunConfig(
+        budget=1, store=str(tmp_path), device="cpu", policy={"allow_vendor_libraries": False}, families=WRITTEN))
     cands, problems = (pd.read_parquet(tmp_path / "tables" / t) for t in ("candidates", "problems"))
     assert list(cands.origin_proposer) == ["matmul"]  # library_epilogue declined: cuBLAS is forbidden for this run
     assert not problems.policy_allow_vendor_libraries.iloc[0] and summary["best_candidate_id"] == cands.id.iloc[0]
@@ -228,7 +234,8 @@ def test_an_accuracy_failure_is_repaired_with_more_precision(prefect_harness, tm
     tight = source.replace('TOLERANCE = {"rtol": 2e-2, "atol": 3e-2}', 'TOLERANCE = {"rtol": 6e-3, "atol": 9e-3}')
     assert tight != source
     (tmp_path / "22_attention_tight.py").write_text(tight)
-    optimize(str(tmp_path / "22_attention_tight.py"), RunConfig(budget=2, store=str(tmp_path / "store"), device="cpu", executor="inline", profile=False))
+    optimize(str(tmp_path / "22_attention_tight.py"), RunConfig(
+        budget=2, store=str(tmp_path / "store"), device="cpu", executor="inline", profile=False, families=WRITTEN))
     cands = pd.read_parquet(tmp_path / "store" / "tables" / "candidates")
     checks = pd.read_parquet(tmp_path / "store" / "tables" / "verifications")
     first, second = (json.loads(p) for p in cands.origin_params)

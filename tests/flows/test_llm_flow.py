@@ -13,6 +13,7 @@ import pytest
 from fake_openai import FakeOpenAI, Scripted
 
 from kernelflow.flows.config import LLMLimits, RunConfig
+from tests.families import WRITTEN
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
 
@@ -82,7 +83,7 @@ def test_llm_debugs_a_compile_error_then_a_wrong_optimization(prefect_harness, t
     with FakeOpenAI(script) as server:
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", profile=False, seeds=0, llm=LLMLimits(model="fake-model")))
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", families=WRITTEN, profile=False, seeds=0, llm=LLMLimits(model="fake-model")))
     t = _tables(tmp_path)
     cands, calls = t["candidates"], t["llm_calls"]
     assert list(calls.purpose) == ["init", "debug_diagnose", "debug_patch", "optimize", "debug_diagnose",
@@ -109,7 +110,7 @@ def test_the_first_prompt_shows_the_best_seed_as_the_kernel_to_beat(prefect_harn
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", proposer="llm",
-                                           baseline_profiles=False, llm=LLMLimits(model="fake-model")))
+                                           families=WRITTEN, baseline_profiles=False, llm=LLMLimits(model="fake-model")))
     t = _tables(tmp_path)
     cands, calls = t["candidates"], t["llm_calls"]
     assert list(cands.origin_kind) == ["builtin", "llm"] and cands.origin_proposer.iloc[0] == "elementwise"
@@ -133,7 +134,7 @@ def test_replies_without_code_and_failed_calls_are_recorded_and_stop_the_run(pre
         monkeypatch.setenv("KERNELFLOW_LLM_MAX_ATTEMPTS", "2")
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", seeds=0, llm=LLMLimits(model="fake-model")))
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", families=WRITTEN, seeds=0, llm=LLMLimits(model="fake-model")))
     t = _tables(tmp_path)
     assert "candidates" not in t and list(t["llm_calls"].status) == ["ok", "ok", "failed"]
     assert "server_error" in summary["stop_reason"] and summary["winner"] == "eager" and len(server.requests) == 4
@@ -145,7 +146,7 @@ def test_the_token_budget_stops_the_run(prefect_harness, tmp_path: Path, monkeyp
     with FakeOpenAI([Scripted(content=KERNEL, usage=(900, 300))]) as server:
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", seeds=0, llm=LLMLimits(model="fake-model", max_tokens=1000)))
+        summary = optimize(SILU, RunConfig(budget=4, store=str(tmp_path), device="cpu", proposer="llm", families=WRITTEN, seeds=0, llm=LLMLimits(model="fake-model", max_tokens=1000)))
     assert "token" in summary["stop_reason"] and len(server.requests) == 1
 
 
@@ -167,7 +168,7 @@ def test_no_model_is_a_clear_stop_not_a_crash(prefect_harness, tmp_path: Path, m
 
     monkeypatch.delenv("KERNELFLOW_LLM_MODEL", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", proposer="llm", profile=False, seeds=0))
+    summary = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", proposer="llm", families=WRITTEN, profile=False, seeds=0))
     assert "gave no candidate: LLM call failed (config): no model" in summary["stop_reason"]
     assert summary["winner"] == "eager"
 
@@ -187,8 +188,8 @@ def test_the_flow_resolves_the_key_from_a_prefect_secret_and_hands_it_to_the_sta
     monkeypatch.setenv("KERNELFLOW_LLM_SECRET_BLOCK", "kernelflow-test-llm-key")
     with FakeOpenAI([Scripted(content=KERNEL)]) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        optimize(SILU, RunConfig(budget=1, store=str(tmp_path), device="cpu", proposer="llm", profile=False,
-                                 baseline_profiles=False, llm=LLMLimits(model="fake-model")))
+        optimize(SILU, RunConfig(budget=1, store=str(tmp_path), device="cpu", proposer="llm", families=WRITTEN,
+                                 profile=False, baseline_profiles=False, llm=LLMLimits(model="fake-model")))
     assert server.keys_seen == [KEY]
     req = GenerateRequest(problem=load_problem(SILU), n=1, api_key=KEY)
     assert KEY not in req.model_dump_json() and KEY not in repr(req)

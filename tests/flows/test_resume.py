@@ -12,6 +12,7 @@ import pytest
 
 from kernelflow.artifacts.store import Store
 from kernelflow.flows.config import LLMLimits, RunConfig
+from tests.families import WRITTEN
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
 
@@ -35,11 +36,11 @@ def test_a_run_killed_mid_candidate_resumes_where_it_stopped(prefect_harness, tm
     monkeypatch.setattr(flow, "evaluate", dies_on_the_third)
     with pytest.raises(RuntimeError, match="killed"):
         flow.optimize(SILU, RunConfig(budget=5, store=str(tmp_path), device="cpu", executor="inline", profile=False,
-                                      strategy="mcts"))
+                                      strategy="mcts", families=WRITTEN))
     monkeypatch.setattr(flow, "evaluate", real)
     run_id = Store(str(tmp_path)).runs().run_id.iloc[0]
     summary = flow.optimize(SILU, RunConfig(budget=5, store=str(tmp_path), device="cpu", executor="inline",
-                                            profile=False, strategy="greedy"), resume=run_id)  # the run's own strategy (mcts) is kept
+                                            profile=False, strategy="greedy", families=WRITTEN), resume=run_id)  # the run's own strategy (mcts) is kept
     store = Store(str(tmp_path))
     cands, checks = store.read("candidates", run_id), store.read("verifications", run_id)
     assert summary["run_id"] == run_id and summary["stop_reason"] == "candidate budget of 5 spent"
@@ -56,7 +57,8 @@ def test_a_resumed_run_keeps_what_it_spent_of_its_budgets(prefect_harness, tmp_p
     from kernelflow.flows.optimize import optimize
     from kernelflow.stages.contracts import LLMCall
 
-    first = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False))
+    first = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False,
+                                     families=WRITTEN))
     run_id, store = first["run_id"], Store(str(tmp_path))
     store.append("llm_calls", run_id, [LLMCall(call_id="c1", purpose="init", model="m", status="ok", tokens_in=700,
                                                tokens_out=300, started_at="2026-11-30T00:00:00+00:00")])
@@ -65,15 +67,17 @@ def test_a_resumed_run_keeps_what_it_spent_of_its_budgets(prefect_harness, tmp_p
     for budgets, why in (({"gpu_seconds": spent - 1e-6}, "device-time budget"),
                          ({"llm": LLMLimits(max_tokens=1000)}, "token budget")):
         summary = optimize(SILU, RunConfig(budget=6, store=str(tmp_path), device="cpu", executor="inline",
-                                           profile=False, **budgets), resume=run_id)
+                                           profile=False, families=WRITTEN, **budgets), resume=run_id)
         assert why in summary["stop_reason"] and len(store.read("candidates", run_id)) == 2, summary
 
 
 def test_a_warm_start_evaluates_the_last_best_first(prefect_harness, tmp_path: Path) -> None:
     from kernelflow.flows.optimize import optimize
 
-    first = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False))
-    second = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False, warm_start=True, seed=7))
+    first = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False,
+                                     families=WRITTEN))
+    second = optimize(SILU, RunConfig(budget=2, store=str(tmp_path), device="cpu", executor="inline", profile=False,
+                                      families=WRITTEN, warm_start=True, seed=7))
     cands = pd.read_parquet(tmp_path / "tables" / "candidates" / f"run_id={second['run_id']}")
     assert cands.id.iloc[0] == first["best_candidate_id"] and len(cands) == 2
 
@@ -140,7 +144,7 @@ def test_a_named_run_already_in_the_store_is_resumed_not_made_twice(prefect_harn
         return real(run, candidate)
 
     monkeypatch.setattr(flow, "evaluate", dies_on_the_second)
-    config = RunConfig(budget=3, store=str(tmp_path), device="cpu", executor="inline", profile=False)
+    config = RunConfig(budget=3, store=str(tmp_path), device="cpu", executor="inline", profile=False, families=WRITTEN)
     with pytest.raises(RuntimeError, match="killed"):
         flow.optimize(SILU, config, run_id=run_id)
     monkeypatch.setattr(flow, "evaluate", real)

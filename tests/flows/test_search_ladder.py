@@ -15,6 +15,7 @@ from kernelflow.flows.search.ladder import FLOOR, accept, band, prune, verdict
 from kernelflow.flows.state import SearchState
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, Timing
 from kernelflow.stages.problems.kernelbench import load_problem
+from tests.families import WRITTEN
 
 ROOT = Path(__file__).resolve().parents[2]
 SILU = ROOT / "problems" / "09_silu.py"
@@ -166,7 +167,7 @@ def test_ladder_run_end_to_end(prefect_harness, tmp_path: Path, monkeypatch):
 
     monkeypatch.setattr(generate, "run", with_a_slow_one)
     summary = optimize(str(SILU), RunConfig(budget=4, store=str(tmp_path), device="cpu", executor="inline",
-                                            profile=False, strategy="ladder"))
+                                            profile=False, strategy="ladder", families=WRITTEN))
     assert summary["stop_reason"] == "candidate budget of 4 spent" and summary["best_candidate_id"]
     cands, rungs, runs = (pd.read_parquet(tmp_path / "tables" / t) for t in ("candidates", "rungs", "runs"))
     assert set(rungs.candidate_id) == set(cands.id) and len(cands) == 4 and (rungs.rung == 0).sum() == 4
@@ -204,8 +205,8 @@ def test_a_clearly_slower_candidate_is_pruned_at_rung_1(prefect_harness, tmp_pat
 
     @flow
     def ladder() -> Run:
-        run = open_run(problem, RunConfig(budget=3, device="cpu", executor="inline", profile=False), Store(tmp_path),
-                       "ladder-run")
+        run = open_run(problem, RunConfig(budget=3, device="cpu", executor="inline", profile=False, families=WRITTEN),
+                       Store(tmp_path), "ladder-run")
         strategy = Ladder()
         for candidate in (fast, slow, wrong):
             run.state.consider(candidate)

@@ -13,6 +13,7 @@ from kernelflow.stages.contracts import BenchmarkResult, Provenance, Timing
 from kernelflow.stages.errors import KernelflowError
 from kernelflow.stages.measure.sol_target import floors, fraction
 from kernelflow.stages.problems.kernelbench import load_problem
+from tests.families import WRITTEN
 
 ROOT = Path(__file__).resolve().parents[2]
 SILU = ROOT / "problems" / "09_silu.py"
@@ -68,7 +69,8 @@ def test_the_run_stops_once_the_best_reaches_the_target(prefect_harness, tmp_pat
 
     monkeypatch.setattr("kernelflow.stages.benchmark.run", benchmark_that_sets_floors)
     monkeypatch.setattr(kernelflow.flows.optimize, "floors", lambda p, sizes, name: floors_us)
-    summary = kernelflow.flows.optimize.optimize(str(SILU), RunConfig(budget=4, store=str(tmp_path), device="cpu", executor="inline", profile=False, target_sol=0.85))
+    summary = kernelflow.flows.optimize.optimize(str(SILU), RunConfig(
+        budget=4, store=str(tmp_path), device="cpu", executor="inline", profile=False, target_sol=0.85, families=WRITTEN))
     assert set(floors_us) == {w.name for w in problem.workloads("cpu")}
     assert summary["stop_reason"] == "target of 0.85 of speed of light reached: the best is at 0.90"
     assert summary["best_candidate_id"] is not None

@@ -32,6 +32,7 @@ from kernelflow.stages.contracts import (
     VerifyResult,
 )
 from tests.artifacts.test_problem_runs import parts_read
+from tests.families import WRITTEN
 from tests.flows.test_campaign import recording
 from tests.kernelflow.test_cli import kf
 
@@ -86,7 +87,8 @@ def cpu_run(prefect_harness, tmp_path_factory) -> tuple[Path, dict]:
     from kernelflow.flows.optimize import optimize
 
     store = tmp_path_factory.mktemp("store")
-    summary = optimize(str(ROOT / "problems" / f"{PROBLEM}.py"), RunConfig(budget=1, store=str(store), device="cpu"))
+    summary = optimize(str(ROOT / "problems" / f"{PROBLEM}.py"), RunConfig(budget=1, store=str(store), device="cpu",
+                                                                         families=WRITTEN))
     assert summary["winner"] == "eager" and summary["best_candidate_id"]  # CPU: the interpreter never wins
     return store, summary
 

@@ -162,7 +162,7 @@ name: remote
 device: cpu
 executor: inline
 regression_floor: 0.5
-defaults: {{budget: 1, profile: false}}
+defaults: {{budget: 1, profile: false, families: [elementwise]}}
 problems:
   - 09_silu
   - {{problem: {broken}, name: broken}}

@@ -35,7 +35,8 @@ def test_the_ui_shows_the_run_and_its_leaderboard(server, tmp_path: Path):
     base, env = server
     store = tmp_path / "store"
     flow = subprocess.run([sys.executable, "-m", "kernelflow.cli", "optimize", str(ROOT / "problems" / "09_silu.py"),
-                           "--budget", "1", "--device", "cpu", "--executor", "inline", "--store", str(store)],
+                           "--budget", "1", "--device", "cpu", "--executor", "inline", "--families", "elementwise",
+                           "--store", str(store)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert flow.returncode == 0, flow.stdout[-3000:] + flow.stderr[-3000:]
     record = Store(store).runs().iloc[-1]
