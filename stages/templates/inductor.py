@@ -1,14 +1,17 @@
 """Family `inductor`: torch.compile's own code for the reference, as a self-contained candidate.
 
-Inductor lowers the problem's Model for the run's device with dynamic shapes (stages/templates/inductor_output.py,
-the one file that knows Inductor's output, run in a process of its own); this family writes what it read as a
-module: each generated kernel a plain @triton.jit function launched by `_kf_launch` on the grid Inductor would
-compute, the wrapper's allocations and views as torch calls, vendor GEMM/conv calls as Inductor made them. No
-Dynamo, guards, autotuner or torch._inductor import at run time. ModelNew subclasses the reference, so it takes
+Inductor lowers the problem's Model for the run's device with dynamic shapes, and again for each declared workload
+of the device with that workload's sizes alone, as torch.compile's default (dynamic=False) runs it there
+(stages/templates/inductor_output.py, the one file that knows Inductor's output, run in a process of its own);
+this family writes what it read as a module: each generated kernel a plain @triton.jit function launched by
+`_kf_launch` on the grid Inductor would compute, the wrapper's allocations and views as torch calls, vendor
+GEMM/conv calls as Inductor made them. forward runs a workload's own code where its guard holds (the inputs' sizes,
+read in a few comparisons), else the symbolic code, which runs at any size (verify's held-out shape checks it). No
+Dynamo, autotuner or torch._inductor import at run time. ModelNew subclasses the reference, so it takes
 Model's init arguments and loads Model's state; forward reads the parameters and buffers from the module.
 
 Parameters:
-- per kernel K, its launch configuration: `K.XBLOCK` (and YBLOCK, ZBLOCK, R0_BLOCK where the kernel has them),
+- per kernel K (a workload's own kernels are named after it, `..._gpu0`), its launch configuration: `K.XBLOCK` (and YBLOCK, ZBLOCK, R0_BLOCK where the kernel has them),
   `K.num_warps`, `K.num_stages`. The variants take Inductor's own candidate configurations (the ones its autotuner
   would time), the first of each kernel first; the search's moves then change one kernel's value at a time
   (stages/proposers/mutations.py: a coordinate descent over launch configurations, what Inductor's
@@ -178,10 +181,15 @@ def match(problem: Problem, traced: Any, device: Device) -> Plan:
     return Plan(problem, device, workload, knobs, code, reference_source(problem.source))
 
 
+def _codes(code: dict[str, Any]) -> list[dict[str, Any]]:
+    """The code for each declared workload's sizes alone, then the symbolic code (any other sizes)."""
+    return [*code.get("static", []), code]
+
+
 def _launch_params(code: dict[str, Any], index: int) -> dict[str, Any]:
     """Each kernel's configuration number `index` (its last one where it has fewer)."""
     params: dict[str, Any] = {}
-    for kernel in code["kernels"]:
+    for kernel in (k for c in _codes(code) for k in c["kernels"]):
         config = kernel["configs"][min(index, len(kernel["configs"]) - 1)]
         params.update({f"{kernel['name']}.{k}": v for k, v in config["kwargs"].items() if k in kernel["tunable"]})
         params.update({f"{kernel['name']}.num_warps": config["num_warps"],
@@ -212,7 +220,7 @@ def _flips(plan: Plan) -> list[dict[str, bool]]:
 def variants(plan: Plan) -> list[dict[str, Any]]:
     code = plan.lowered
     record = {"torch": code["torch"], "triton": code["triton"]}
-    most = max((len(k["configs"]) for k in code["kernels"]), default=1)
+    most = max((len(k["configs"]) for c in _codes(code) for k in c["kernels"]), default=1)
     launches = [_launch_params(code, i) for i in range(min(most, VARIANTS))]
     out = [{**plan.knobs, **launch_, **record} for launch_ in launches]
     out += [{**knobs, **record} for knobs in _flips(plan)]
@@ -255,8 +263,8 @@ def _signature(problem_source: str) -> str:
     return ast.unparse(forward.args)
 
 
-def render(plan: Plan, params: dict[str, Any]) -> str:
-    code = _code_for(plan, params)
+def _branch(code: dict[str, Any], returns: str, params: dict[str, Any]) -> list[str]:
+    """One code's statements in forward, to its return."""
     body = list(code["prologue"])
     for line in code["body"]:
         if line.startswith("_kf_launch_marker("):
@@ -264,16 +272,30 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
         else:
             body.append(line)
     outputs = code["outputs"]
-    ret = {"tensor": outputs[0], "tuple": f"({', '.join(outputs)},)", "list": f"[{', '.join(outputs)}]"}[code["returns"]]
-    forward = "\n".join("        " + line for line in body + [f"return {ret}"])
+    ret = {"tensor": outputs[0], "tuple": f"({', '.join(outputs)},)", "list": f"[{', '.join(outputs)}]"}[returns]
+    return body + [f"return {ret}"]
+
+
+def render(plan: Plan, params: dict[str, Any]) -> str:
+    """The module: forward runs the code for a declared workload's sizes where its guard holds (as torch.compile
+    runs code specialized to the shape it sees), else the symbolic code, which runs at any size."""
+    code = _code_for(plan, params)
+    lines = []
+    for static in code.get("static", []):
+        lines.append(f"if {' and '.join(static['guard'])}:  # {static['workload']}'s sizes")
+        lines += ["    " + line for line in _branch(static, code["returns"], params)]
+    lines += _branch(code, code["returns"], params)
+    forward = "\n".join("        " + line for line in lines)
     model_new = f"class ModelNew(_Reference):\n    def forward({_signature(plan.problem.source)}):\n{forward}\n"
     header = HEADER + f"import math\nimport {code['libdevice']} as libdevice\nimport {code['tl_math']} as tl_math\n" \
         "\naten = torch.ops.aten\n"
     interpreted = f"{interpreted_libdevice.SOURCE}\n\nif triton.knobs.runtime.interpret:  # CPU checks only\n" \
         "    libdevice = _KfInterpretedLibdevice()\n"
     note = (f"# Inductor's code (torch {code['torch']}, Triton {code['triton']}) for {plan.device}, "
-            f"generated at {plan.workload.name} {plan.workload.params}, choices {code['knobs']}\n")
+            f"generated at {plan.workload.name} {plan.workload.params} with symbolic sizes, and for "
+            f"{', '.join(c['workload'] for c in code.get('static', [])) or 'no workload'}'s sizes alone, "
+            f"choices {code['knobs']}\n")
     note += "".join(f"# {line}\n" for line in code.get("notes", []))  # held-out shapes skipped, and why
-    kernels = [k["source"] for k in code["kernels"]]
-    return "\n\n".join([note + header, launch.SOURCE, interpreted, *code["helpers"], *code["externs"], *kernels,
-                        plan.reference, model_new])
+    kernels = [k["source"] for c in _codes(code) for k in c["kernels"]]
+    helpers = dict.fromkeys(h for c in _codes(code) for h in [*c["helpers"], *c["externs"]])
+    return "\n\n".join([note + header, launch.SOURCE, interpreted, *helpers, *kernels, plan.reference, model_new])

@@ -35,6 +35,11 @@ generating both shapes with split reductions off). The held-out shape is the fir
 as verify takes the first at which it is usable; each one skipped is a note of the result (`notes`, written into
 the candidate's header), never a refusal, and where none is valid there is nothing to compare with, as verify then
 checks none.
+Then, for each declared workload of the request's set, Inductor's code for that workload's sizes alone
+(dynamic=False, torch.compile's default: index arithmetic over constants, tiling and reduction choices for those
+sizes), read the same way with its kernels named after the workload, under `static`, each with the guard under
+which it runs: every tensor graph input's sizes (and strides where it is not made contiguous) and the value of
+every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there.
 The result is plain data (JSON): the candidate module is written from it by stages/templates/inductor.py.
 """
 
@@ -48,7 +53,7 @@ import sys
 import textwrap
 from typing import Any
 
-FORMAT = 8  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 9  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -126,12 +131,13 @@ def _configure(device: str, knobs: dict[str, bool]) -> None:
         triton_utils.triton_hash_with_backend = lambda: "KERNELFLOW-CPU-CODEGEN"  # type: ignore[assignment]  # keys caches only
 
 
-Input = tuple[str, str, list[str]]  # a graph input: forward's expression, its kind, its sizes as Dynamo traced them
+Input = tuple[str, str, list[str], list[str]]  # a graph input: forward's expression, its kind, its sizes and strides
+# as Dynamo traced them
 
 
-def capture(model: Any, inputs: list[Any]) -> tuple[str, list[Input], int]:
-    """(the wrapper's source, the graph inputs, the graph's output count): Inductor stopped at codegen. Raises
-    Unreadable with Dynamo's or Inductor's own error."""
+def capture(model: Any, inputs: list[Any], dynamic: bool = True) -> tuple[str, list[Input], int]:
+    """(the wrapper's source, the graph inputs, the graph's output count): Inductor stopped at codegen, for symbolic
+    sizes (`dynamic`) or for these inputs' sizes alone. Raises Unreadable with Dynamo's or Inductor's own error."""
     import torch
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.graph import GraphLowering
@@ -156,11 +162,11 @@ def capture(model: Any, inputs: list[Any]) -> tuple[str, list[Input], int]:
             if arg is None:
                 raise Unreadable(f"Dynamo's graph input {node.name} has no source")
             example = node.meta.get("example_value", getattr(arg, "example", None))
-            kind, sizes = type(example).__name__.lower(), []
+            kind, sizes, strides = type(example).__name__.lower(), [], []
             if isinstance(example, torch.Tensor):  # a contiguous one is made contiguous: Inductor assumed it
                 kind = "contiguous" if example.is_contiguous() else "tensor"
-                sizes = [str(d) for d in example.shape]
-            inputs.append((_forward_expr(_source_name(arg.source)), kind, sizes))
+                sizes, strides = [str(d) for d in example.shape], [str(d) for d in example.stride()]
+            inputs.append((_forward_expr(_source_name(arg.source)), kind, sizes, strides))
         outputs = next(iter(gm.graph.find_nodes(op="output"))).args[0]
         before = len(codes)
         try:
@@ -176,7 +182,7 @@ def capture(model: Any, inputs: list[Any]) -> tuple[str, list[Input], int]:
     GraphLowering.codegen = codegen  # type: ignore[method-assign]
     try:
         with torch.no_grad():
-            torch.compile(model, backend=backend, dynamic=True, fullgraph=True)(*inputs)
+            torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=True)(*inputs)
     except Exception as e:
         if not graphs:
             cause: BaseException = e
@@ -404,10 +410,12 @@ class _Call(ast.NodeTransformer):
         return node
 
 
-def read(code: str, inputs: list[Input], n_outputs: int) -> dict[str, Any]:
-    """The wrapper source as plain data: kernels, helpers, the forward's statements and launches."""
+def read(code: str, inputs: list[Input], n_outputs: int, suffix: str = "") -> dict[str, Any]:
+    """The wrapper source as plain data: kernels (each named with `suffix` after Inductor's name), helpers, the
+    forward's statements and launches."""
     module = ast.parse(code)
     kernels: list[dict[str, Any]] = []
+    wrapper_names: list[str] = []
     helpers = _Helpers()
     for stmt in module.body:
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and \
@@ -418,7 +426,9 @@ def read(code: str, inputs: list[Input], n_outputs: int) -> dict[str, Any]:
                 raise Unreadable(f"Inductor emitted a {kind} kernel ({name}), not Triton")
             source = stmt.value.args[1]
             assert isinstance(source, ast.Constant) and isinstance(source.value, str)
-            kernels.append(_kernel(name, source.value, helpers))
+            wrapper_names.append(name)
+            kernels.append(_kernel(name + suffix, re.sub(rf"\b{re.escape(name)}\b", name + suffix, source.value),
+                                   helpers))
     fns = [s for s in ast.walk(module) if isinstance(s, ast.FunctionDef) and s.name == "call"]
     if len(fns) != 1:
         raise Unreadable(f"{len(fns)} functions named call in the wrapper, not one")
@@ -437,20 +447,20 @@ def read(code: str, inputs: list[Input], n_outputs: int) -> dict[str, Any]:
     if len(outputs) != n_outputs:
         raise Unreadable(f"the wrapper's call returns {len(outputs)} values, Dynamo's graph {n_outputs}")
     externs: dict[str, str] = {}
-    call = _Call({k["name"]: i for i, k in enumerate(kernels)}, externs, dict(zip(names, inputs, strict=True)))
+    call = _Call({n: i for i, n in enumerate(wrapper_names)}, externs, dict(zip(names, inputs, strict=True)))
     stmts = [s for stmt in body[1:-1] for s in _flat(call.visit(stmt))]
     lines = [ast.unparse(s) for s in stmts]
-    bound = set(names) | {k["name"] for k in kernels} | {f"_kf_ext_{n}" for n in externs} | \
+    bound = set(names) | set(wrapper_names) | {f"_kf_ext_{n}" for n in externs} | \
         {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     free = {n.id for s in stmts for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     unknown = free - bound - _ALLOWED_NAMES - {"_kf_launch_marker"}
     if unknown:
         raise Unreadable(f"the wrapper's call uses {sorted(unknown)}, which this reader does not translate")
-    tensors = [n for n, (_, kind, _) in zip(names, inputs, strict=True) if kind in ("tensor", "contiguous")]
+    tensors = [n for n, (_, kind, *_) in zip(names, inputs, strict=True) if kind in ("tensor", "contiguous")]
     if not tensors:
         raise Unreadable("the graph has no tensor input to take the device from")
     prologue = [f"{n} = {expr}" + (".contiguous()" if kind == "contiguous" else "")
-                for n, (expr, kind, _) in zip(names, inputs, strict=True)]
+                for n, (expr, kind, *_) in zip(names, inputs, strict=True)]
     prologue.append(f"_kf_device = {tensors[0]}.device")
     from torch._inductor.runtime.triton_compat import libdevice, math
 
@@ -511,9 +521,63 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     mine = held.get(req.get("sizes", "cpu"))
     if mine is not None:
         notes += _same_code_elsewhere(module, lowered, req, device, mine)
+    static, skipped = _specialized(module, sets.get(req.get("sizes", "cpu"), []), device, req["problem_path"])
+    notes += skipped
+    lowered["ops"] = sorted({*lowered["ops"], *(op for code in static for op in code["ops"])})
+    lowered.update(static=static)
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
                    torch=torch.__version__, triton=triton.__version__, knobs=knobs, notes=notes)
     return lowered
+
+
+def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """(Inductor's code for each declared workload's sizes alone, as torch.compile's default dynamic=False runs it at
+    that shape: its index arithmetic over constants, its choices (tiling, persistence, splits) for those sizes; a
+    note per workload left out). Each is read like the dynamic code, its kernels named after the workload, with a
+    `guard`: the conditions on forward's inputs under which it is the code to run (every tensor graph input's sizes,
+    and strides where it is not made contiguous; every non-tensor argument of forward, whose value the code holds).
+    Where two workloads' guards are the same their code must be too, else neither is kept."""
+    import torch
+
+    from kernelflow.stages.problems.kernelbench import workload_call
+
+    static: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for w in workloads:
+        try:
+            torch._dynamo.reset()
+            with torch.device(device):
+                model = module.Model(*workload_call(module, w, "get_init_inputs", where)).eval()
+            args = workload_call(module, w, "get_inputs", where, meta=True)
+            inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
+                      if isinstance(x, torch.Tensor) else x for x in args]
+            code, graph_inputs, n_outputs = capture(model, inputs, dynamic=False)
+            read_ = read(code, graph_inputs, n_outputs, suffix=f"_{w.name}")
+            bound = inspect.signature(model.forward).bind(*args).arguments
+        except Exception as e:  # Unreadable, or the reference's own error at this workload
+            notes.append(f"no code for {w.name}'s sizes alone ({type(e).__name__}: {str(e)[:200]}): the symbolic "
+                         "code runs there")
+            continue
+        guard = []
+        for expr, kind, sizes, strides in graph_inputs:
+            if kind in ("tensor", "contiguous"):
+                guard.append(f"tuple({expr}.shape) == ({''.join(f'{d}, ' for d in sizes)})")
+                if kind == "tensor":
+                    guard.append(f"{expr}.stride() == ({''.join(f'{d}, ' for d in strides)})")
+        for name, value in bound.items():
+            if isinstance(value, (bool, int, float)):
+                guard.append(f"{name} == {value!r}")
+        static.append({**read_, "workload": w.name, "guard": guard})
+    clash = {a["workload"] for a in static for b in static
+             if a is not b and a["guard"] == b["guard"] and _unnamed(a) != _unnamed(b)}
+    notes += [f"{name}'s sizes alone give other code than another workload's with the same inputs (a constant of the "
+              "module differs): the symbolic code runs there" for name in sorted(clash)]
+    return [code for code in static if code["workload"] not in clash], notes
+
+
+def _unnamed(code: dict[str, Any]) -> str:
+    """A specialization's code without its workload's name."""
+    return json.dumps({k: code[k] for k in _SHAPE_FREE}).replace(f"_{code['workload']}", "")
 
 
 def _held_out_shape(module: Any, workloads: list[Any], declared: list[Any], where: str) -> tuple[Any, list[str]]:

@@ -7,6 +7,7 @@ only where a GPU is (test_cuda_*): the same generation for the GPU, compiled and
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from kernelflow import export
 from kernelflow.stages import generate
 from kernelflow.stages.contracts import Action, Candidate, GenerateRequest, Origin, Problem, VerifyRequest
 from kernelflow.stages.executors.run import run_stage
+from kernelflow.stages.harness.candidate import load_model_class
 from kernelflow.stages.problems.kernelbench import load_problem
 from kernelflow.stages.proposers import mutations
 from kernelflow.stages.templates import TEMPLATES, inductor
@@ -121,6 +123,39 @@ def test_kinds_no_other_family_takes_verify(name: str, tmp_path: Path) -> None:
 def test_problems_verify(stem: str, tmp_path: Path) -> None:
     prob = load_problem(ROOT / "problems" / f"{stem}.py")
     verified(prob, candidate(prob, FAMILY.variants(FAMILY.match(prob, None, "cpu"))[0]), tmp_path / "verify")
+
+
+def test_each_declared_workloads_sizes_run_code_for_them_and_other_sizes_the_symbolic_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As torch.compile runs code specialized to the shape it sees: forward runs, at a declared workload's sizes,
+    Inductor's code for those sizes (its kernels named after the workload, the sizes constants), and at any other
+    sizes the symbolic code; both give the reference's output."""
+    prob = problem(tmp_path, "softplus", **KINDS["softplus"])
+    plan = FAMILY.match(prob, None, "cpu")
+    static = plan.lowered["static"]
+    assert [(c["workload"], c["guard"]) for c in static] == [("cpu0", ["tuple(x.shape) == (3, 6, 5, )"]),
+                                                          ("cpu1", ["tuple(x.shape) == (2, 9, 16, )"])]
+    assert all(k["name"].endswith(f"_{c['workload']}") for c in static for k in c["kernels"])
+    assert static[0]["launches"][0]["args"][-1] == "90"  # xnumel, 3 * 6 * 5; a symbol in the symbolic code's
+    assert not plan.lowered["launches"][0]["args"][-1].isdigit()
+    params = FAMILY.variants(plan)[0]
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    model_new = load_model_class(candidate(prob, params), tmp_path / "load", "cpu")
+    namespace, ran = sys.modules[model_new.__module__].__dict__, []
+    launch_ = namespace["_kf_launch"]
+
+    def spy(kernel, grid, *args, **meta):
+        ran.append(kernel.fn.__name__)
+        return launch_(kernel, grid, *args, **meta)
+
+    monkeypatch.setitem(namespace, "_kf_launch", spy)
+    for shape, kernels in (((3, 6, 5), [k["name"] for k in static[0]["kernels"]]),
+                           ((2, 9, 16), [k["name"] for k in static[1]["kernels"]]),
+                           ((4, 7, 3), [k["name"] for k in plan.lowered["kernels"]])):
+        ran.clear()
+        x = torch.randn(shape)
+        torch.testing.assert_close(model_new()(x), torch.nn.functional.softplus(x))
+        assert ran == kernels, (shape, ran)
 
 
 def test_launch_parameters_move_and_reach_the_launch(tmp_path: Path) -> None:
