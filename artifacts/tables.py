@@ -91,12 +91,26 @@ def read(root: str | Path, table: str, run_id: str | None = None) -> pd.DataFram
     """A table as pandas, parts in write order within each run, the run_id partition as a column; an empty frame
     if nothing was written. Parts are read one by one and concatenated, so parts written by different code
     versions keep all their columns (a column a part lacks reads as missing): reading the directory as one
-    dataset would take one part's schema and silently drop the columns a newer model added."""
+    dataset would take one part's schema and silently drop the columns a newer model added. The parts are joined
+    as Arrow tables and converted to pandas once, not per part; parts whose types Arrow cannot reconcile (a field
+    whose type changed) are joined by pandas instead."""
     path = Path(root) / "tables" / table
     runs = [path / f"run_id={run_id}"] if run_id is not None else sorted(path.glob("run_id=*"))
-    frames = [pd.read_parquet(part).assign(run_id=run.name.removeprefix("run_id="))
-              for run in runs for part in sorted(run.glob("part-*.parquet"))]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    parts = [_read_part(part, run.name.removeprefix("run_id="))
+             for run in runs for part in sorted(run.glob("part-*.parquet"))]
+    if not parts:
+        return pd.DataFrame()
+    try:
+        return pa.concat_tables(parts, promote_options="permissive").to_pandas()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pd.concat([part.to_pandas() for part in parts], ignore_index=True)
+
+
+def _read_part(path: Path, run_id: str) -> pa.Table:
+    """One part with its run_id column (ParquetFile reads one file without pq.read_table's dataset machinery)."""
+    with pq.ParquetFile(path) as f:
+        part = f.read()
+    return part.append_column("run_id", pa.array([run_id] * part.num_rows, pa.string()))
 
 
 def partitions(root: str | Path, table: str) -> list[str]:

@@ -88,3 +88,18 @@ def test_a_stage_results_files_become_blobs_and_nothing_outside_its_work_dir_doe
                  "gone (never_written.txt: missing)"):
         assert what in kept.message
     assert "files" not in tables.row(kept)  # what the stage made is named by its blobs in the table, not by path
+
+
+def test_parts_whose_field_changed_type_still_read(tmp_path: Path):
+    """A field whose type changed between code versions (int, then str): both parts are read, their values kept."""
+    from pydantic import BaseModel
+
+    class Old(BaseModel):
+        x: int
+
+    class New(BaseModel):
+        x: str
+
+    tables.append(tmp_path, "t", "a", [Old(x=1)])
+    tables.append(tmp_path, "t", "b", [New(x="n")])
+    assert list(tables.read(tmp_path, "t").x) == [1, "n"]
