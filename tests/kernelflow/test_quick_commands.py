@@ -60,3 +60,19 @@ def test_validate_runs_a_problem_without_torchs_meta_machinery():
     out, imported = command("problems", "validate", "problems/09_silu.py", "problems/31_masked_softmax.py")
     assert out.returncode == 0 and out.stdout.count("ok      ") == 2, out.stdout + out.stderr
     assert imported == ["torch"]
+
+
+def test_validate_leaves_torchs_thread_count_as_it_was():
+    """validate runs each reference on one intra-op thread and gives the process its threads back, also when a reference fails."""
+    import torch
+
+    from kernelflow.cli import main
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(["problems", "validate", str(ROOT / "problems" / "09_silu.py"),
+                     str(ROOT / "tests" / "fixtures" / "broken_problems" / "nan_reference.py")]) == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
