@@ -343,7 +343,7 @@ class BenchmarkResult(StageResult):
                                   "it judged: True when its strategy keeps the candidate on this timing, so the row "
                                   "competes for the run's winner (artifacts/winner.py): greedy, mcts and agents every "
                                   "full timing, the ladder the one it accepted at rung 2 or 3; None: not judged (a "
-                                  "screening call, a failure, the baselines alone, `kernelflow verify --timed`)")
+                                  "screening call, a failure, the baselines alone, `kernelflow bench`)")
 
 
 class RungRecord(Contract):

@@ -39,7 +39,7 @@ def test_a_store_from_before_the_index_is_read_whole_until_its_first_indexed_run
         started(store, "09_silu", run)
     started(store, "other", "r3")
     store.append("benchmarks", "cli-1", [BenchmarkResult(candidate_id="k", problem_id="09_silu", status="ok",  # a
-                                                         device="cpu", sizes="cpu")])  # `verify --timed`: no runs row
+                                                         device="cpu", sizes="cpu")])  # `kernelflow bench`: no runs row
     assert runs_of(store, "09_silu") == ["cli-1", "r1", "r2"]  # no index yet: found the old way
     index(store, "01_softmax", "r4")  # the first run under the index, of another problem
     assert sorted(p.name for p in (tmp_path / "tables" / TABLE).iterdir()) == [
