@@ -244,6 +244,7 @@ def cmd_flush(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from kernelflow import preflight
+    from kernelflow.artifacts import fmt
     from kernelflow.export import ExportError, export
 
     store = preflight.store(args.store, reading=True)
@@ -255,7 +256,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 1
     won = "" if manifest["beats_baselines"] else " (NOT faster than the baseline: exported on request)"
     print(f"exported {manifest['candidate']['backend']} candidate {manifest['candidate']['id']} of "
-          f"{manifest['problem']['id']} from run {manifest['run_id']}, {manifest['speedup_vs_eager']:.3f}x eager on "
+          f"{manifest['problem']['id']} from run {manifest['run_id']}, {fmt.speedup(manifest['speedup_vs_eager'])} eager on "
           f"{manifest['device']}{won}, to {Path(args.out).resolve()}; its __init__.py says how to use it")
     return 0
 

@@ -201,10 +201,10 @@ def _verdict(choice: Choice, bench: BenchmarkResult) -> str:
     if choice.device == "cpu":
         where += "; CPU times (Triton through its interpreter) say nothing about GPU speed"
     if choice.beats_baselines:
-        vs_compile = f", {won.speedup_vs_compile:.3f}x torch.compile" if won.speedup_vs_compile else ""
-        return f"The winner of run {choice.run_id}: {won.speedup_vs_eager:.3f}x eager PyTorch{vs_compile}, on {where}."
+        vs_compile = f", {fmt.speedup(won.speedup_vs_compile)} torch.compile" if won.speedup_vs_compile else ""
+        return f"The winner of run {choice.run_id}: {fmt.speedup(won.speedup_vs_eager)} eager PyTorch{vs_compile}, on {where}."
     return (f"NOT FASTER THAN WHAT YOU HAVE; exported only because it was asked for (--even-if-slower). Run "
-            f"{choice.run_id}: {won.text}. This candidate: {choice.speedup_vs_eager:.3f}x eager, on {where}.")
+            f"{choice.run_id}: {won.text}. This candidate: {fmt.speedup(choice.speedup_vs_eager)} eager, on {where}.")
 
 
 def _run_note(candidate: Candidate, requires: list[str]) -> str:
