@@ -96,7 +96,7 @@ def read(root: str | Path, table: str, run_id: str | None = None) -> pd.DataFram
     whose type changed) are joined by pandas instead."""
     path = Path(root) / "tables" / table
     runs = [path / f"run_id={run_id}"] if run_id is not None else sorted(path.glob("run_id=*"))
-    parts = [_read_part(part, run.name.removeprefix("run_id="))
+    parts = [read_part(part, run.name.removeprefix("run_id="))
              for run in runs for part in sorted(run.glob("part-*.parquet"))]
     if not parts:
         return pd.DataFrame()
@@ -106,7 +106,7 @@ def read(root: str | Path, table: str, run_id: str | None = None) -> pd.DataFram
         return pd.concat([part.to_pandas() for part in parts], ignore_index=True)
 
 
-def _read_part(path: Path, run_id: str) -> pa.Table:
+def read_part(path: Path, run_id: str) -> pa.Table:
     """One part with its run_id column (ParquetFile reads one file without pq.read_table's dataset machinery)."""
     with pq.ParquetFile(path) as f:
         part = f.read()

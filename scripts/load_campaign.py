@@ -213,21 +213,17 @@ def quick_timing(min_reps: int, max_reps: int, budget_s: float) -> None:
 def instrument(meter: Meter) -> None:
     """Wrap the store's table reads and writes, the stage calls and the search's propose/consider steps, so each
     candidate's time and I/O is known. Only wrappers: what the flow does is unchanged."""
-    import pandas as pd
-
     import kernelflow.flows.search.protocol as protocol
     import kernelflow.flows.steps
     from kernelflow.artifacts import tables
 
-    class CountingPandas:  # tables.read's pd: counts the parts it reads
-        def __getattr__(self, name: str) -> Any:
-            return getattr(pd, name)
+    read_part = tables.read_part
 
-        def read_parquet(self, *a: Any, **k: Any) -> Any:
-            meter.io["parts_read"] += 1
-            return pd.read_parquet(*a, **k)
+    def counted_part(*a: Any, **k: Any) -> Any:  # tables.read reads its parts through this: count them
+        meter.io["parts_read"] += 1
+        return read_part(*a, **k)
 
-    tables.pd = CountingPandas()  # type: ignore[assignment]
+    tables.read_part = counted_part
 
     def timed(owner: Any, name: str, seconds: str, count: str | None = None) -> None:
         inner: Callable = getattr(owner, name)

@@ -15,13 +15,13 @@ from kernelflow.stages.contracts import BenchmarkResult, RunRecord
 
 def parts_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every table part read from now on (tables.read reads them one by one)."""
-    real, parts = tables.pd.read_parquet, []
+    real, parts = tables.read_part, []
 
     def counted(path, *a, **k):
         parts.append(str(path))
         return real(path, *a, **k)
 
-    monkeypatch.setattr(tables.pd, "read_parquet", counted)
+    monkeypatch.setattr(tables, "read_part", counted)
     return parts
 
 
