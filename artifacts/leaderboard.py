@@ -12,9 +12,13 @@ COLUMNS = ["rank", "candidate_id", "proposer", "params", "status", "speedup_vs_e
            "median_us", "reason"]
 
 
+PASSED = {"compile": "compiled", "verify": "verified, not timed"}  # a candidate's status once it passed that stage;
+# a full benchmark makes it "verified", a failure "<stage> failed"
+
+
 def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
     """Every candidate of the run and the baselines (the seeds: artifacts/winner.py), ranked by geomean speedup
-    over eager; failures with reasons. median_us joins one median per workload with "/", in the order of
+    over eager; failures with reasons; a candidate not timed says how far it got (compiled, verified, not timed). median_us joins one median per workload with "/", in the order of
     `attrs["workloads"]` ("-" where a contender was not timed on one); `attrs["baselines"]` names the baselines timed."""
     cands = store.read("candidates", run_id)
     rows = {c.id: {"candidate_id": c.id, "proposer": c.origin_proposer, "params": c.origin_params, "status": "proposed",
@@ -29,6 +33,8 @@ def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
             if r.status != "ok":
                 first_line = str(r.message).splitlines()[0][:120] if r.message else ""
                 row["status"], row["reason"] = f"{stage} failed", f"{r.failure_kind}: {first_line}"
+            elif stage in PASSED and row["status"] in ("proposed", "compiled"):  # the tables come in stage order
+                row["status"] = PASSED[stage]
             elif table == "benchmarks" and not isinstance(getattr(r, "workloads", None), str):  # not a screening
                 row.update(status="verified", speedup_vs_eager=r.speedup_vs_eager, speedup_vs_compile=r.speedup_vs_compile)
     rungs = store.read("rungs", run_id)  # a ladder's (flows/search/ladder.py): pruned on a cheap timing, and why

@@ -6,7 +6,16 @@ from kernelflow.artifacts import fmt
 from kernelflow.artifacts.leaderboard import leaderboard, render_board
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.winner import winner
-from kernelflow.stages.contracts import BenchmarkResult, Candidate, Origin, Provenance, RungRecord, Timing
+from kernelflow.stages.contracts import (
+    BenchmarkResult,
+    Candidate,
+    CompileResult,
+    Origin,
+    Provenance,
+    RungRecord,
+    Timing,
+    VerifyResult,
+)
 
 PROV = Provenance(device="cuda", device_name="gpu", torch="2", python="3", hostname="h", code_version="c", tf32=False)
 
@@ -113,3 +122,21 @@ def test_numbers_print_to_three_significant_digits_or_one_decimal_of_a_microseco
         ["0.0145x", "1.43x", "1430x", "not timed", "not timed"]
     assert [fmt.eng(x) for x in (5243174913.0, 2.5, 812.3, 999.9, 0.0)] == ["5.24G", "2.50", "812", "1.00k", "0"]
     assert fmt.us(216.24) == "216.2" and fmt.us(None) == "-"
+
+
+def test_a_candidate_not_timed_says_how_far_it_got(tmp_path: Path):
+    """Compiled only, or verified but never timed (a wall time spent, a ladder's screening): the leaderboard names
+    the stage it passed, not "proposed"; a failure names the stage that failed."""
+    store = Store(tmp_path)
+    cands = [Candidate.make("p", "triton", f"class ModelNew: ...  # {i}", Origin(kind="builtin", proposer="rowwise",
+                                                                                  params={})) for i in range(4)]
+    store.append("candidates", "r", cands)
+    store.append("compiles", "r", [CompileResult(candidate_id=c.id, problem_id="p", status="ok", backend="triton", arch="sm_90a",
+                                                 mode="ahead_of_time") for c in cands[1:]])
+    store.append("verifications", "r", [
+        VerifyResult(candidate_id=cands[2].id, problem_id="p", status="ok", device="cuda", sizes=["gpu"], trials_passed=10),
+        VerifyResult(candidate_id=cands[3].id, problem_id="p", status="failed", failure_kind="mismatch", message="at gpu0",
+                     device="cuda", sizes=["gpu"])])
+    board = leaderboard(store, "r").set_index("candidate_id")
+    assert [board.loc[c.id, "status"] for c in cands] == ["proposed", "compiled", "verified, not timed", "verify failed"]
+    assert board.loc[cands[3].id, "reason"] == "mismatch: at gpu0"
