@@ -48,6 +48,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import math
 import re
 import sys
 import textwrap
@@ -564,9 +565,12 @@ def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> 
                 guard.append(f"tuple({expr}.shape) == ({''.join(f'{d}, ' for d in sizes)})")
                 if kind == "tensor":
                     guard.append(f"{expr}.stride() == ({''.join(f'{d}, ' for d in strides)})")
-        for name, value in bound.items():
-            if isinstance(value, (bool, int, float)):
-                guard.append(f"{name} == {value!r}")
+        numbers = {name: value for name, value in bound.items() if isinstance(value, (bool, int, float))}
+        if not all(math.isfinite(v) for v in numbers.values()):
+            notes.append(f"no code for {w.name}'s sizes alone: forward takes a number that is not finite, which no "
+                         "guard compares equal: the symbolic code runs there")
+            continue
+        guard += [f"{name} == {value!r}" for name, value in numbers.items()]
         static.append({**read_, "workload": w.name, "guard": guard})
     clash = {a["workload"] for a in static for b in static
              if a is not b and a["guard"] == b["guard"] and _unnamed(a) != _unnamed(b)}

@@ -158,6 +158,26 @@ def test_each_declared_workloads_sizes_run_code_for_them_and_other_sizes_the_sym
         assert ran == kernels, (shape, ran)
 
 
+@pytest.mark.slow
+def test_a_number_forward_takes_is_part_of_the_guard(tmp_path: Path) -> None:
+    """A number forward takes is held by the code for a workload's sizes: its guard compares it; one that is not
+    finite (no comparison holds) leaves that workload to the symbolic code, with a note."""
+    kinds = {"finite": "0.5", "infinite": "float('inf')"}
+    for name, value in kinds.items():
+        prob = problem(tmp_path, f"clamp_{name}", forward="return torch.clamp(x, max=limit) * 2.0",
+                       inputs=f"torch.randn(batch, mid, cols), {value}")
+        prob_source = prob.source.replace("def forward(self, x):", "def forward(self, x, limit):")
+        (tmp_path / f"clamp_{name}.py").write_text(prob_source)
+        plan = FAMILY.match(load_problem(tmp_path / f"clamp_{name}.py"), None, "cpu")
+        guards = [c["guard"] for c in plan.lowered["static"]]
+        if name == "finite":
+            assert guards == [["tuple(x.shape) == (3, 6, 5, )", "limit == 0.5"],
+                              ["tuple(x.shape) == (2, 9, 16, )", "limit == 0.5"]], guards
+        else:
+            assert guards == [] and len(plan.lowered["notes"]) == 2, plan.lowered["notes"]
+            assert "not finite" in plan.lowered["notes"][0]
+
+
 def test_launch_parameters_move_and_reach_the_launch(tmp_path: Path) -> None:
     """Each kernel's block sizes and warps are parameters the mutations change one kernel at a time, and the
     rendered launch uses them."""
