@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -181,7 +182,7 @@ def provenance_lines(records: list[dict[str, Any]], rows: list[dict[str, Any]]) 
     searches = distinct(records, lambda r: f"{run_date(r)} at {field('code_version')(r)}")
     lines.append("- Searches (date from the run id, commit as the record names it): "
                  + "; ".join(f"{v}: {', '.join(ps)}" for v, ps in sorted(searches.items()))
-                 + f"; budgets (candidates per problem): {budgets(records)}.")
+                 + f"; how each search stopped: {budgets(records)}.")
     by_source = distinct(rows, lambda x: x["source"])
     said = []
     if SEARCH in by_source:
@@ -223,9 +224,17 @@ def agreement_lines(records: list[dict[str, Any]], where: str) -> list[str]:
 
 
 def budgets(records: list[dict[str, Any]]) -> str:
-    """The --budget of each record's search, as its stop reason says it ('candidate budget of N spent')."""
-    found = distinct(records, lambda r: (str(r.get("stop_reason") or "").split("budget of ")[1].split()[0]
-                                         if "budget of " in str(r.get("stop_reason")) else NOT_RECORDED))
+    """Which budget ended each record's search, as its stop reason says it: 'candidate budget of N spent' is
+    `N candidates`, 'wall-time budget of N s spent' is `wall time N s` (with the candidates tried)."""
+    def stopped(r: dict[str, Any]) -> str:
+        reason = str(r.get("stop_reason") or "")
+        if found := re.search(r"candidate budget of (\d+)", reason):
+            return f"{found[1]} candidates"
+        if found := re.search(r"wall-time budget of ([\d.]+) s", reason):
+            return f"wall time {found[1]} s ({r.get('n_candidates', NOT_RECORDED)} tried)"
+        return NOT_RECORDED
+
+    found = distinct(records, stopped)
     return "; ".join(f"{b}: {','.join(ps)}" for b, ps in sorted(found.items()))
 
 

@@ -65,6 +65,13 @@ def test_problems_without_a_record_are_named(page, tmp_path: Path):
     assert "- Not benchmarked yet (no record): 02_b, 03_c." in text
 
 
+def test_the_budget_that_ended_each_search_is_named(page):
+    """A candidate budget is a number of candidates; a wall-time budget is seconds, never read as candidates."""
+    records = [record("01_a", {}), record("02_b", {}, stop_reason="wall-time budget of 90 s spent (129 s)",
+                                          n_candidates=1), record("03_c", {}, stop_reason="no candidate left")]
+    assert page.budgets(records) == "2 candidates: 01; not recorded: 03; wall time 90 s (1 tried): 02"
+
+
 def test_an_older_record_shows_its_max_autotune_call(page):
     """Without compile_specialized the search's torch.compile ran shape-generic after the first shape: the rows show
     the max-autotune call, which timed the same best beside a per-shape torch.compile."""
