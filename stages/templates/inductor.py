@@ -11,11 +11,11 @@ Dynamo, autotuner or torch._inductor import at run time. ModelNew subclasses the
 Model's init arguments and loads Model's state; forward reads the parameters and buffers from the module.
 
 Parameters:
-- per kernel K (a workload's own kernels are named after it, `..._gpu0`), its launch configuration: `K.XBLOCK` (and YBLOCK, ZBLOCK, R0_BLOCK where the kernel has them),
-  `K.num_warps`, `K.num_stages`. The variants take Inductor's own candidate configurations (the ones its autotuner
-  would time), the first of each kernel first; the search's moves then change one kernel's value at a time
-  (stages/proposers/mutations.py: a coordinate descent over launch configurations, what Inductor's
-  coordinate_descent_tuning does at run time).
+- per kernel K (a workload's own kernels are named after it, `..._gpu0`), its launch configuration: `K.XBLOCK`
+  (and YBLOCK, ZBLOCK, R0_BLOCK where the kernel has them), `K.num_warps`, `K.num_stages`. The variants take
+  Inductor's own candidate configurations (the ones its autotuner would time), the first of each kernel first;
+  the search's moves then change one kernel's value at a time (stages/proposers/mutations.py: a coordinate descent
+  over launch configurations, what Inductor's coordinate_descent_tuning does at run time).
 - Inductor's code-generation choices (inductor_output.KNOBS): split_reductions, aggressive_fusion,
   prefer_nd_tiling, persistent_reductions; on cuda max_autotune (GEMM/conv templates, timed by Inductor on this
   GPU) and triton_gemm (templates only, no vendor call: what a policy without vendor libraries needs); allow_tf32
