@@ -18,8 +18,9 @@ PASSED = {"compile": "compiled", "verify": "verified, not timed"}  # a candidate
 
 def leaderboard(store: Store, run_id: str) -> pd.DataFrame:
     """Every candidate of the run and the baselines (the seeds: artifacts/winner.py), ranked by geomean speedup
-    over eager; failures with reasons; a candidate not timed says how far it got (compiled, verified, not timed). median_us joins one median per workload with "/", in the order of
-    `attrs["workloads"]` ("-" where a contender was not timed on one); `attrs["baselines"]` names the baselines timed."""
+    over eager; failures with reasons; a candidate not timed says how far it got (compiled, verified, not timed).
+    median_us joins one median per workload with "/", in the order of `attrs["workloads"]` ("-" where a contender
+    was not timed on one); `attrs["baselines"]` names the baselines timed."""
     cands = store.read("candidates", run_id)
     rows = {c.id: {"candidate_id": c.id, "proposer": c.origin_proposer, "params": c.origin_params, "status": "proposed",
                    "speedup_vs_eager": None, "speedup_vs_compile": None, "median_us": None, "reason": ""}
