@@ -13,7 +13,8 @@
 # A complete deps/ is also kept in $KERNELFLOW_WHEELHOUSE_CACHE (default $KERNELFLOW_CACHE/wheelhouse, that is
 # ~/.cache/kernelflow/wheelhouse), keyed by the base image's id, TORCH, TRITON, the requirements and the host's
 # installed versions (pip freeze): a fresh clone on the same machine copies it from there (~5 s) instead of resolving
-# and checking it again (~45 s). One key is kept, the latest; KERNELFLOW_WHEELHOUSE_CACHE=off keeps none.
+# and checking it again (~45 s). One key is kept, the latest (only key folders are removed from the cache folder,
+# nothing else a user keeps there); KERNELFLOW_WHEELHOUSE_CACHE=off keeps none.
 set -euo pipefail
 pip=$1 base=$2 torch=$3 triton=$4
 deps=containers/wheels/deps app=containers/wheels/app log=containers/wheels/pip.log
@@ -34,7 +35,8 @@ keep() {  # deps/ is complete for this key: the cache keeps it, in place of any 
   [ "$cache" = off ] && return 0
   { mkdir -p "$cache" && rm -rf "$cache/$key.tmp" && mkdir "$cache/$key.tmp" \
     && cp "$deps"/*.whl "$cache/$key.tmp"/ && touch "$cache/$key.tmp/complete" \
-    && find "$cache" -mindepth 1 -maxdepth 1 ! -name "$key.tmp" -exec rm -rf {} + \
+    && find "$cache" -mindepth 1 -maxdepth 1 -type d -regextype posix-extended -regex '.*/[0-9a-f]{16}(\.tmp)?' \
+         ! -name "$key.tmp" -exec rm -rf {} + \
     && mv "$cache/$key.tmp" "$cache/$key"; } || echo "wheelhouse: not kept in $cache (the next clone resolves it again)"
 }
 wheel -w "$deps" "$torch" "$triton" -r "$deps/requirements.txt"
