@@ -9,7 +9,6 @@ turns any exception into lines (preflight.explain). Tracebacks only with --debug
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Mapping
 
     from kernelflow.flows.config import RunConfig
     from kernelflow.stages.executors.run import Mode
@@ -49,8 +48,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for path in paths:
         try:
             problem = load_problem(resolve(path))
-            with _one_torch_thread():
-                notes = check_runs(problem, "cpu" if problem.cpu_workloads else "gpu")
+            notes = check_runs(problem, "cpu" if problem.cpu_workloads else "gpu")
             print(f"ok      {path}: dtype {problem.dtype}, {len(problem.gpu_workloads)} GPU and "
                   f"{len(problem.cpu_workloads)} CPU shapes; " + "; ".join(notes))
         except ProblemError as e:
@@ -58,20 +56,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"BROKEN  {e}")
     print(f"{len(paths)} file{'s' if len(paths) != 1 else ''}: {len(paths) - broken} ok, {broken} broken")
     return 1 if broken else 0
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """torch's intra-op threads at one inside (torch is imported by then: a problem file imports it), as before after:
-    at validate's small CPU shapes, waking the thread pool costs more than the work it shares."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:

@@ -191,8 +191,22 @@ def workload_call(module: ModuleType, workload: Workload, fn: str, where: str = 
 
 
 def check_runs(problem: Problem, sizes: SizeSet = "cpu") -> list[str]:
-    """Run the reference once per workload of `sizes` on CPU; returns a note per workload (raises if broken)."""
+    """Run the reference once per workload of `sizes` on CPU; returns a note per workload (raises if broken). The CPU
+    shapes run on one intra-op thread (the process's count is restored after): at their small sizes, waking torch's
+    thread pool costs more than the work it shares; GPU shapes run on the CPU keep every thread."""
     module = import_problem(problem.path)
+    import torch
+
+    threads = torch.get_num_threads()
+    if sizes == "cpu":
+        torch.set_num_threads(1)
+    try:
+        return _run_each(problem, module, sizes)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_each(problem: Problem, module: ModuleType, sizes: SizeSet) -> list[str]:
     import torch
 
     notes = []
