@@ -54,7 +54,7 @@ import sys
 import textwrap
 from typing import Any
 
-FORMAT = 9  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 10  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -537,7 +537,8 @@ def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> 
     note per workload left out). Each is read like the dynamic code, its kernels named after the workload, with a
     `guard`: the conditions on forward's inputs under which it is the code to run (every tensor graph input's sizes,
     and strides where it is not made contiguous; every non-tensor argument of forward, whose value the code holds).
-    Where two workloads' guards are the same their code must be too, else neither is kept."""
+    Unreadable where two workloads take the same inputs and get other code: a module constant (an init argument)
+    is built in, which the symbolic code holds too."""
     import torch
 
     from kernelflow.stages.problems.kernelbench import workload_call
@@ -572,11 +573,12 @@ def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> 
             continue
         guard += [f"{name} == {value!r}" for name, value in numbers.items()]
         static.append({**read_, "workload": w.name, "guard": guard})
-    clash = {a["workload"] for a in static for b in static
-             if a is not b and a["guard"] == b["guard"] and _unnamed(a) != _unnamed(b)}
-    notes += [f"{name}'s sizes alone give other code than another workload's with the same inputs (a constant of the "
-              "module differs): the symbolic code runs there" for name in sorted(clash)]
-    return [code for code in static if code["workload"] not in clash], notes
+    for a, b in ((a, b) for i, a in enumerate(static) for b in static[i + 1:]):
+        if a["guard"] == b["guard"] and _unnamed(a) != _unnamed(b):
+            raise Unreadable(f"workloads {a['workload']} and {b['workload']} take the same inputs, but Inductor writes "
+                             "other code for them: a constant of the module that differs between them is built in, "
+                             "so no one code is right at both")
+    return static, notes
 
 
 def _unnamed(code: dict[str, Any]) -> str:

@@ -178,6 +178,17 @@ def test_a_number_forward_takes_is_part_of_the_guard(tmp_path: Path) -> None:
             assert "not finite" in plan.lowered["notes"][0]
 
 
+@pytest.mark.slow
+def test_workloads_with_the_same_inputs_and_other_built_in_constants_are_refused(tmp_path: Path) -> None:
+    """Two workloads differ only in an init argument that Inductor writes into its code as a constant: no code is
+    right at both, so the family says so instead of a candidate that fails verify at one of them."""
+    prob = problem(tmp_path, "scaled", init_args="scale", init="self.scale = scale", init_inputs="scale",
+                   constants="scale = 2", forward="return x * self.scale",
+                   cpu="dict(batch=3, mid=6, cols=5, scale=2), dict(batch=3, mid=6, cols=5, scale=3)")
+    with pytest.raises(TemplateMismatch, match="workloads cpu0 and cpu1 take the same inputs"):
+        FAMILY.match(prob, None, "cpu")
+
+
 def test_launch_parameters_move_and_reach_the_launch(tmp_path: Path) -> None:
     """Each kernel's block sizes and warps are parameters the mutations change one kernel at a time, and the
     rendered launch uses them."""
