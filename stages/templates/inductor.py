@@ -13,7 +13,8 @@ Model's init arguments and loads Model's state; forward reads the parameters and
 Parameters:
 - per kernel K (a workload's own kernels are named after it, `..._gpu0`), its launch configuration: `K.XBLOCK`
   (and YBLOCK, ZBLOCK, R0_BLOCK where the kernel has them), `K.num_warps`, `K.num_stages`. The variants take
-  Inductor's own candidate configurations (the ones its autotuner would time), the first of each kernel first;
+  Inductor's own candidate configurations (the ones its autotuner would time), the first of each kernel first: on
+  cuda, a workload's kernel starts with the configuration Inductor's autotuner picked on this GPU at generation;
   the search's moves then change one kernel's value at a time (stages/proposers/mutations.py: a coordinate descent
   over launch configurations, what Inductor's coordinate_descent_tuning does at run time).
 - Inductor's code-generation choices (inductor_output.KNOBS): split_reductions, aggressive_fusion,

@@ -39,7 +39,9 @@ Then, for each declared workload of the request's set, Inductor's code for that 
 (dynamic=False, torch.compile's default: index arithmetic over constants, tiling and reduction choices for those
 sizes), read the same way with its kernels named after the workload, under `static`, each with the guard under
 which it runs: every tensor graph input's sizes (and strides where it is not made contiguous) and the value of
-every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there.
+every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there. On cuda, each such kernel's
+configurations start with the one Inductor's autotuner picks on this GPU, from one real run of torch.compile at that
+workload (the configurations are otherwise Inductor's candidates in its own order, which the autotuner times).
 The result is plain data (JSON): the candidate module is written from it by stages/templates/inductor.py.
 """
 
@@ -54,7 +56,7 @@ import sys
 import textwrap
 from typing import Any
 
-FORMAT = 10  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 11  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -522,8 +524,11 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     mine = held.get(req.get("sizes", "cpu"))
     if mine is not None:
         notes += _same_code_elsewhere(module, lowered, req, device, mine)
-    static, skipped = _specialized(module, sets.get(req.get("sizes", "cpu"), []), device, req["problem_path"])
+    mine_set = sets.get(req.get("sizes", "cpu"), [])
+    static, skipped = _specialized(module, mine_set, device, req["problem_path"])
     notes += skipped
+    if device == "cuda":
+        notes += _autotuned(module, static, mine_set, req["problem_path"])
     lowered["ops"] = sorted({*lowered["ops"], *(op for code in static for op in code["ops"])})
     lowered.update(static=static)
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
@@ -579,6 +584,74 @@ def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> 
                              "other code for them: a constant of the module that differs between them is built in, "
                              "so no one code is right at both")
     return static, notes
+
+
+def _autotuned(module: Any, static: list[dict[str, Any]], workloads: list[Any], where: str) -> list[str]:
+    """Put first, in each workload's kernels' configurations, the one Inductor's autotuner picks on this GPU (it
+    times them at the kernel's first run: torch.compile's default at that shape, run once here on the workload's
+    inputs); a note per workload or kernel whose pick is not known (its order stays Inductor's)."""
+    from kernelflow.stages.problems.kernelbench import workload_call
+
+    notes = []
+    by_name = {w.name: w for w in workloads}
+    for code in static:
+        w = by_name[code["workload"]]
+        try:
+            picks = _picks(module, workload_call(module, w, "get_init_inputs", where),
+                           workload_call(module, w, "get_inputs", where, device="cuda"))
+        except Exception as e:  # the real compile or run fails here (memory): Inductor's order stays
+            notes.append(f"{w.name}: the autotuner's picks are unknown ({type(e).__name__}: {str(e)[:200]}), "
+                         "its kernels try Inductor's configurations in order")
+            continue
+        notes += first_picked(code["kernels"], picks, f"_{w.name}")
+    return notes
+
+
+def first_picked(kernels: list[dict[str, Any]], picks: dict[str, dict[str, Any]], suffix: str) -> list[str]:
+    """Move each kernel's pick (by Inductor's kernel name, the kernel's without `suffix`) to the front of its
+    configurations, adding it where Inductor's list lacks it; a note per kernel with more than one configuration
+    and no pick."""
+    notes = []
+    for kernel in kernels:
+        pick = picks.get(kernel["name"].removesuffix(suffix))
+        if pick is None:
+            if len(kernel["configs"]) > 1:
+                notes.append(f"kernel {kernel['name']}: the autotuner's pick is unknown (the kernel did not run "
+                             "under that name), its configurations are tried in Inductor's order")
+            continue
+        kernel["configs"] = [pick, *(c for c in kernel["configs"] if c != pick)]
+    return notes
+
+
+def _picks(module: Any, init: list[Any], inputs: list[Any]) -> dict[str, dict[str, Any]]:
+    """{kernel name: the launch configuration it ran with} for one real run of torch.compile(Model) (dynamic=False,
+    the process's Inductor choices) on `inputs`, on the GPU: after the autotuner's timing, where it had choices."""
+    import torch
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    picks: dict[str, dict[str, Any]] = {}
+    real_run = CachingAutotuner.run
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = real_run(self, *args, **kwargs)
+        if len(self.launchers) == 1:
+            c = self.launchers[0].config
+            picks[self.fn.__name__] = {"kwargs": dict(c.kwargs), "num_warps": int(c.num_warps),
+                                       "num_stages": int(c.num_stages)}
+        return out
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = module.Model(*init).eval()
+    CachingAutotuner.run = run  # type: ignore[method-assign]
+    try:
+        with torch.no_grad():
+            torch.compile(model, dynamic=False, fullgraph=True)(*inputs)
+        torch.cuda.synchronize()
+    finally:
+        CachingAutotuner.run = real_run  # type: ignore[method-assign]
+    return picks
 
 
 def _unnamed(code: dict[str, Any]) -> str:

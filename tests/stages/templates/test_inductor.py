@@ -21,7 +21,7 @@ from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.harness.candidate import load_model_class
 from kernelflow.stages.problems.kernelbench import load_problem
 from kernelflow.stages.proposers import mutations
-from kernelflow.stages.templates import TEMPLATES, inductor
+from kernelflow.stages.templates import TEMPLATES, inductor, inductor_output
 from kernelflow.stages.templates.program import TemplateMismatch
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -346,6 +346,28 @@ def test_cuda_problems_verify(stem: str, tmp_path: Path) -> None:
     prob = load_problem(ROOT / "problems" / f"{stem}.py")
     verified(prob, candidate(prob, FAMILY.variants(FAMILY.match(prob, None, "cuda"))[0], "cuda"),
              tmp_path / "verify", "cuda")
+
+
+def test_the_autotuners_pick_goes_first_and_a_kernel_without_one_keeps_inductors_order() -> None:
+    a, b, c = ({"kwargs": {"XBLOCK": x}, "num_warps": w, "num_stages": 1} for x, w in ((1024, 4), (512, 8), (128, 4)))
+    kernels = [{"name": "k_red_0_gpu0", "configs": [a, b]}, {"name": "k_poi_1_gpu0", "configs": [a, b]},
+               {"name": "k_poi_2_gpu0", "configs": [a]}]
+    notes = inductor_output.first_picked(kernels, {"k_red_0": b, "k_poi_1": c}, "_gpu0")
+    assert [k["configs"] for k in kernels] == [[b, a], [c, a, b], [a]]
+    assert len(notes) == 0
+    assert inductor_output.first_picked([{"name": "k_red_0_gpu1", "configs": [a, b]}], {}, "_gpu1") == [
+        "kernel k_red_0_gpu1: the autotuner's pick is unknown (the kernel did not run under that name), its "
+        "configurations are tried in Inductor's order"]
+
+
+@cuda
+def test_on_the_gpu_each_workloads_kernels_start_with_the_autotuners_pick(tmp_path: Path) -> None:
+    prob = load_problem(ROOT / "problems" / "18_scaled_bias_softmax.py")
+    plan = FAMILY.match(prob, None, "cuda")
+    assert plan.lowered["static"] and not any("pick is unknown" in n for n in plan.lowered["notes"])
+    first = FAMILY.variants(plan)[0]
+    for kernel in (k for c in plan.lowered["static"] for k in c["kernels"]):
+        assert first[f"{kernel['name']}.num_warps"] == kernel["configs"][0]["num_warps"]
 
 
 def test_an_export_names_the_torch_it_was_generated_with() -> None:
