@@ -211,11 +211,12 @@ def after_search(run: Run, reason: str) -> str:
     left out. When no candidate verified, the baselines are timed alone (what the user already has, so the run still
     names a winner); then, where the configuration asks (profile, baseline_profiles), the baselines are profiled once,
     in a run with no candidate too: their class and share of speed of light say what there is to win. A user's
-    wall-time is the whole run's: each of these steps starts only while it lasts (one begun in time runs to its end,
-    as a candidate's evaluation does), and one left out is printed and named in the stop reason."""
+    wall-time is the whole run's: each of these steps starts only while it lasts, a profile only while what is left holds
+    the slowest profile so far (one begun runs to its end, as a candidate's evaluation does), and one left out is
+    printed and named in the stop reason."""
     config, left_out = run.config, []
     if run.state.verified == 0:
-        if (late := skipped(run, "baseline timing")) is None:
+        if (late := skipped("baseline timing", run.state.overtime())) is None:
             baseline_only(run)
         left_out.append(late)
     if config.profile and config.baseline_profiles:
@@ -223,9 +224,10 @@ def after_search(run: Run, reason: str) -> str:
     return "; ".join([reason, *filter(None, left_out)])
 
 
-def skipped(run: Run, what: str) -> str | None:
-    """`what` skipped, and why, once the run's wall-time is spent (printed); None while time is left."""
-    if (late := run.state.overtime()) is None:
+def skipped(what: str, late: str | None) -> str | None:
+    """`what` skipped for the reason `late` (printed), or None when there is none: a profile begins while the time left
+    holds the slowest profile so far (SearchState.no_room_to_profile), the baselines' timing while any is left."""
+    if late is None:
         return None
     print(f"{what} skipped: {late}")
     return f"{what} skipped: {late}"
@@ -246,11 +248,10 @@ def profile_promoted(run: Run, candidate: Candidate) -> None:
     go, why = should_profile(policy, candidate, compiled, True, state.promoted_structures)
     state.promote(structure(candidate, compiled))
     print(f"profile {candidate.id}: {why}")
-    if go and skipped(run, f"profile of {candidate.id}") is None:
+    if go and skipped(f"profile of {candidate.id}", state.no_room_to_profile()) is None:
         # on a GPU the shape it is weakest on; on a CPU the first GPU shape's analytic roofline (the GPU we target)
         workload = weakest_workload(state.flat_timing, candidate.id) if state.device == "cuda" else None
-        profiled = run.steps.profile(run.problem, candidate, state.device, workload=workload)
-        refine(run, profiled, compiled, candidate)
+        refine(run, timed_profile(run, candidate, workload=workload), compiled, candidate)
 
 
 def weakest_workload(timed: BenchmarkResult | None, candidate_id: str) -> str | None:
@@ -268,15 +269,25 @@ def weakest_workload(timed: BenchmarkResult | None, candidate_id: str) -> str | 
 
 def profile_baselines(run: Run) -> str | None:
     """The baselines profiled once per run on the candidates' workload: class, SOL fraction and energy of what
-    the user already has, beside the best candidate's. Each starts only while the run's wall-time lasts; returns why
-    those left were skipped, or None."""
+    the user already has, beside the best candidate's. Each starts only while the wall-time left holds the slowest
+    profile so far; returns why those left were skipped, or None."""
     baselines = run.state.baselines
     for i, name in enumerate(baselines):
-        if (late := skipped(run, f"baseline profiles ({', '.join(baselines[i:])})")) is not None:
+        if (late := skipped(f"baseline profiles ({', '.join(baselines[i:])})",
+                            run.state.no_room_to_profile())) is not None:
             return late
         contender: Contender = name
-        refine(run, run.steps.profile(run.problem, None, run.state.device, contender=contender), None, None)
+        refine(run, timed_profile(run, None, contender=contender), None, None)
     return None
+
+
+def timed_profile(run: Run, candidate: Candidate | None, **where: Any) -> ProfileResult:
+    """A profile through the run's steps (`where`: Steps.profile's contender or workload), its wall time kept as the
+    estimate of the next one's."""
+    began = time.monotonic()
+    profiled = run.steps.profile(run.problem, candidate, run.state.device, **where)
+    run.state.profiled(time.monotonic() - began)
+    return profiled
 
 
 def refine(run: Run, profiled: ProfileResult, compiled: CompileResult | None, candidate: Candidate | None) -> None:

@@ -59,6 +59,7 @@ class SearchState:
         self.promoted_structures: list[str] = []  # the structures profiled so far (delayed profiling)
         self.round: list[Proposal] = []  # a round in progress: its turns not yet evaluated (saved with the state)
         self.slowest_s = 0.0  # the longest evaluation of a candidate so far (its profile excluded), s
+        self.slowest_profile_s = 0.0  # the longest profile so far (a candidate's or a baseline's), wall s
         self.gpu_s = 0.0  # device seconds of verify, benchmark and profile calls (on a CPU run: CPU seconds)
         self.llm = LLMBudget(max_tokens=config.llm.max_tokens, max_usd=config.llm.max_usd)
         self.barren = 0  # proposals in a row that gave no candidate (an LLM reply with no usable code)
@@ -129,16 +130,27 @@ class SearchState:
         """A candidate's evaluation took `seconds`: the estimate of the next one's."""
         self.slowest_s = max(self.slowest_s, seconds)
 
+    def profiled(self, seconds: float) -> None:
+        """A profile took `seconds` of wall time: the estimate of the next one's."""
+        self.slowest_profile_s = max(self.slowest_profile_s, seconds)
+
     def no_room(self) -> str | None:
         """Why the run may start no other candidate: its wall-time is spent, or what is left of it is shorter than
         the slowest candidate so far took (one begun is evaluated to its end, so one begun late would overrun the
         budget by its whole evaluation); else None."""
+        return self._room(self.slowest_s, "candidate")
+
+    def no_room_to_profile(self) -> str | None:
+        """Why the run may start no other profile: as `no_room`, against the slowest profile so far."""
+        return self._room(self.slowest_profile_s, "profile")
+
+    def _room(self, need_s: float, step: str) -> str | None:
         if (late := self.overtime()) is not None:
             return late
         left = self.config.wall_time_s - (time.monotonic() - self.started)
-        if left < self.slowest_s:
+        if left < need_s:
             return (f"wall-time budget of {self.config.wall_time_s:g} s: {left:.0f} s left, less than the slowest "
-                    f"candidate so far took ({self.slowest_s:.0f} s)")
+                    f"{step} so far took ({need_s:.0f} s)")
         return None
 
     def spend_llm(self, calls: list[LLMCall]) -> None:

@@ -38,3 +38,16 @@ def test_a_candidate_that_fits_still_begins_and_a_spent_budget_says_spent():
     assert state.no_room() is None  # 100 s left
     late = state_at(151.0)
     assert late.no_room() is not None and late.no_room().startswith("wall-time budget of 150 s spent")
+
+
+def test_no_profile_begins_when_the_slowest_profile_so_far_would_overrun():
+    state = state_at(120.0)
+    assert state.no_room_to_profile() is None  # no profile yet: only a spent budget stops one
+    state.profiled(31.0)
+    state.profiled(18.0)
+    why = state.no_room_to_profile()
+    assert why == "wall-time budget of 150 s: 30 s left, less than the slowest profile so far took (31 s)", why
+    assert state.no_room() is None  # the candidates' estimate is their own
+    roomy = state_at(100.0)
+    roomy.profiled(31.0)
+    assert roomy.no_room_to_profile() is None  # 50 s left
