@@ -495,11 +495,7 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     module = import_problem(req["problem_path"])
     workload = Workload(name="inductor", params=req["workload"])
     init = workload_call(module, workload, "get_init_inputs", req["problem_path"])
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = module.Model(*init).eval()  # as the harness runs Model and ModelNew (stages/harness/instantiate.py)
-    inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device) if isinstance(x, torch.Tensor)
-              else x for x in workload_call(module, workload, "get_inputs", req["problem_path"], meta=True)]
+    model, inputs, _ = _model_at(module, workload, device, req["problem_path"])
     code, graph_inputs, n_outputs = capture(model, inputs)
     try:  # the output's structure (a tensor, a tuple or a list of them), from a run on meta tensors
         with torch.device("meta"):
@@ -545,20 +541,11 @@ def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> 
     and strides where it is not made contiguous; every non-tensor argument of forward, whose value the code holds).
     Unreadable where two workloads take the same inputs and get other code: a module constant (an init argument)
     is built in, which the symbolic code holds too."""
-    import torch
-
-    from kernelflow.stages.problems.kernelbench import workload_call
-
     static: list[dict[str, Any]] = []
     notes: list[str] = []
     for w in workloads:
         try:
-            torch._dynamo.reset()
-            with torch.device(device):
-                model = module.Model(*workload_call(module, w, "get_init_inputs", where)).eval()
-            args = workload_call(module, w, "get_inputs", where, meta=True)
-            inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device)
-                      if isinstance(x, torch.Tensor) else x for x in args]
+            model, inputs, args = _model_at(module, w, device, where)
             code, graph_inputs, n_outputs = capture(model, inputs, dynamic=False)
             read_ = read(code, graph_inputs, n_outputs, suffix=f"_{w.name}")
             bound = inspect.signature(model.forward).bind(*args).arguments
@@ -725,17 +712,26 @@ _SHAPE_FREE = ("kernels", "prologue", "body", "launches", "outputs", "externs", 
 
 def _code_at(module: Any, workload: Any, device: str, where: str) -> dict[str, Any]:
     """Inductor's code (read) for the module built at `workload`, from a fresh Dynamo."""
+    model, inputs, _ = _model_at(module, workload, device, where)
+    return read(*capture(model, inputs))
+
+
+def _model_at(module: Any, workload: Any, device: str, where: str) -> tuple[Any, list[Any], list[Any]]:
+    """(Model built at `workload` on `device` in eval mode, as the harness runs Model and ModelNew
+    (stages/harness/instantiate.py), from a fresh Dynamo and seed 0; forward's inputs as empty tensors of the
+    workload's sizes and strides on `device`; forward's arguments as get_inputs gives them on meta)."""
     import torch
 
     from kernelflow.stages.problems.kernelbench import workload_call
 
     torch._dynamo.reset()
-    init = workload_call(module, workload, "get_init_inputs", where)
+    torch.manual_seed(0)
     with torch.device(device):
-        model = module.Model(*init).eval()
+        model = module.Model(*workload_call(module, workload, "get_init_inputs", where)).eval()
+    args = workload_call(module, workload, "get_inputs", where, meta=True)
     inputs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=device) if isinstance(x, torch.Tensor)
-              else x for x in workload_call(module, workload, "get_inputs", where, meta=True)]
-    return read(*capture(model, inputs))
+              else x for x in args]
+    return model, inputs, args
 
 
 def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
