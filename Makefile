@@ -88,11 +88,12 @@ docker-test-image: install
 	@{ containers/docker-engine.sh && $(MAKE) --no-print-directory base-image image-cpu CPU_BASE=$(OFFLINE_BASE); } \
 	  || echo "no Docker engine or worker image here: the docker executor's tests will skip (fail under CI=true)"
 
-# Two pytest-xdist workers for CI's 2 cores: in one process the suite keeps about one core busy (its CPU time is
-# about its wall time). --dist loadfile: each test file runs whole on one worker, in its order, so
-# module-scoped fixtures (a Prefect server, an optimize run) start once and the docker tests' engine-wide checks
-# see only their own containers. PYTEST_WORKERS=0 runs it in one process.
-PYTEST_WORKERS ?= 2
+# Three pytest-xdist workers for CI's 2 cores: the tests wait on subprocess stages, Prefect servers and containers,
+# so two workers leave about a quarter of the CPU idle and three keep both cores busy (docs/LOG.md). --dist
+# loadfile: each test file runs whole on one worker, in its order, so module-scoped fixtures (a Prefect server, an
+# optimize run) start once and the docker tests' engine-wide checks see only their own containers.
+# PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 3
 test: install browser docker-test-image
 	$(BIN)/pytest -q -x --durations=10 -n $(PYTEST_WORKERS) --dist loadfile
 
