@@ -1,5 +1,5 @@
-"""The wall-time between candidates: none begins once the time left is shorter than the slowest candidate so far
-took, since one begun is evaluated to its end. Unit tests on a run's search state (end to end: test_flow.py's
+"""The wall-time between candidates and profiles: none begins once the time left is shorter than the slowest of its
+kind so far took, since one begun runs to its end. Unit tests on a run's search state (end to end: test_flow.py's
 wall-time tests)."""
 
 from __future__ import annotations
