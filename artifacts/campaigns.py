@@ -12,6 +12,7 @@ from typing import Literal
 import pandas as pd
 from pydantic import Field
 
+from kernelflow.artifacts.fmt import sig
 from kernelflow.artifacts.store import Store
 from kernelflow.stages.contracts import Contract
 
@@ -148,7 +149,7 @@ def board(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _number(value: object) -> str:
     return "-" if value is None or (isinstance(value, float) and pd.isna(value)) else \
-        f"{value:.3f}" if isinstance(value, float) else str(value)
+        sig(value) if isinstance(value, float) else str(value)
 
 
 def markdown(record: CampaignRecord, rows: pd.DataFrame, device: str | None) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kernelflow.artifacts import fmt
 from kernelflow.artifacts.campaigns import Verdict
 from kernelflow.artifacts.store import Store
 from kernelflow.artifacts.timed import latest_full_timing
@@ -68,7 +69,7 @@ def check_regression(store: Store, previous_run_id: str, candidate_id: str, run_
     if now is None:
         why = _failure(store, run_id, candidate_id)
         if why is not None:
-            return Check("broken", f"{candidate_id}, {then.speedup_vs_eager:.3f}x eager in {previous_run_id}, now "
+            return Check("broken", f"{candidate_id}, {fmt.speedup(then.speedup_vs_eager)} eager in {previous_run_id}, now "
                          f"fails: {why}")
         return Check("not_checked", f"run {run_id} did not time {candidate_id} (a warm start evaluates it first; "
                      "was the problem changed, or the run stopped before it?)")
@@ -81,7 +82,7 @@ def check_regression(store: Store, previous_run_id: str, candidate_id: str, run_
     (s_now, r_now), (s_then, r_then) = geomean_on(mine, shared), geomean_on(theirs, shared)
     band = max(math.log1p(floor), math.hypot(r_now, r_then))
     own = _own_ratio(then, now, shared)
-    numbers = (f"{s_now:.3f}x eager now vs {s_then:.3f}x in {previous_run_id} on {'+'.join(shared)} "
+    numbers = (f"{fmt.speedup(s_now)} eager now vs {fmt.speedup(s_then)} in {previous_run_id} on {'+'.join(shared)} "
                f"(ratio {s_now / s_then:.3f}, noise band x{math.exp(band):.3f}; the candidate's own median time "
                f"x{own:.3f})")
     slower = s_now * math.exp(band) < s_then

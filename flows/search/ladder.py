@@ -36,6 +36,7 @@ import math
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
+from kernelflow.artifacts import fmt
 from kernelflow.flows.run import Run, benchmark_step, compile_step, verify_and_time
 from kernelflow.flows.search.greedy import Greedy
 from kernelflow.stages.contracts import BenchmarkResult, Candidate, RungRecord, Timing
@@ -91,7 +92,7 @@ def prune(cheap: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, str
     (s, r), (s_inc, r_inc) = geomean_on(mine, shared), geomean_on(theirs, shared)
     err = math.hypot(r, r_inc) + DRIFT
     hopeless = s * math.exp(err) <= s_inc * math.exp(FLOOR)
-    return hopeless, (f"{s:.3f}x eager on {'+'.join(shared)} vs the incumbent's {s_inc:.3f}x: "
+    return hopeless, (f"{fmt.speedup(s)} eager on {'+'.join(shared)} vs the incumbent's {fmt.speedup(s_inc)}: "
                       f"{'cannot beat it' if hopeless else 'may beat it'} by the {FLOOR:.0%} floor within rung 1's "
                       f"error (x{math.exp(err):.3f})")
 
@@ -101,7 +102,7 @@ def accept(precise: BenchmarkResult, incumbent: BenchmarkResult) -> tuple[bool, 
     s, s_inc = precise.speedup_vs_eager or 0.0, incumbent.speedup_vs_eager or 0.0
     b = band(geomean_half(precise), geomean_half(incumbent))
     faster = s > s_inc * math.exp(b)
-    return faster, (f"{s:.3f}x eager vs the incumbent's {s_inc:.3f}x: "
+    return faster, (f"{fmt.speedup(s)} eager vs the incumbent's {fmt.speedup(s_inc)}: "
                     f"{'above' if faster else 'not above'} the noise band (x{math.exp(b):.3f})")
 
 

@@ -73,7 +73,7 @@ def test_noise_band_and_the_prune_and_accept_decisions():
     assert not prune(ahead, incumbent)[0] and not prune(noisy, incumbent)[0]
     skewed = timed(("candidate", "cpu0", 45.0, 0.01), ("eager", "cpu0", 100.0, 0.01),
                    ("candidate", "cpu1", 80.0, 0.01), ("eager", "cpu1", 100.0, 0.01))  # 2.22x and 1.25x: 1.67x
-    assert prune(skewed, incumbent)[0] and "1.667x eager on cpu0+cpu1 vs the incumbent's 2.000x" in \
+    assert prune(skewed, incumbent)[0] and "1.67x eager on cpu0+cpu1 vs the incumbent's 2.00x" in \
         prune(skewed, incumbent)[1]  # ahead on the first shape alone, behind over both
     # The H200's softmax case (LOG.md): narrow intervals, so x1.011 above the incumbent cannot reach x1.03; x1.02 may
     narrow = dict(incumbent=both(100 / 1.277, 0.003), within=both(100 / 1.291, 0.003), near=both(100 / 1.303, 0.003))
