@@ -37,7 +37,7 @@ the candidate's header), never a refusal, and where none is valid there is nothi
 checks none.
 Then, for each declared workload of the request's set, Inductor's code for that workload's sizes alone
 (dynamic=False, torch.compile's default: index arithmetic over constants, tiling and reduction choices for those
-sizes), read the same way with its kernels named after the workload, under `static`, each with the guard under
+sizes, Inductor's own conv lowering with its layout choice, where the symbolic code calls aten.convolution), read the same way with its kernels named after the workload, under `static`, each with the guard under
 which it runs: every tensor graph input's sizes (and strides where it is not made contiguous) and the value of
 every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there.
 On cuda, each such kernel's configurations start with the one Inductor's autotuner picks on this GPU, from one real
@@ -49,15 +49,17 @@ The result is plain data (JSON): the candidate module is written from it by stag
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import json
 import math
 import re
 import sys
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
-FORMAT = 11  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 12  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -124,15 +126,33 @@ def _configure(device: str, knobs: dict[str, bool]) -> None:
         inductor.max_autotune_gemm_backends = inductor.max_autotune_conv_backends = "TRITON"
     torch.backends.cuda.matmul.allow_tf32 = knobs["allow_tf32"]  # what Inductor's GEMM templates read
     torch.backends.cudnn.allow_tf32 = knobs["allow_tf32"]  # its conv templates (cuDNN's default here would be TF32)
-    if not knobs["max_autotune"]:  # Inductor's own conv lowering fixes the weight's sizes; the fallback does not
-        from torch._inductor.lowering import make_fallback
-
-        make_fallback(torch.ops.aten.convolution, warn=False)
     if device == "cpu":
         import torch.utils._triton as triton_utils
 
         inductor.cpu_backend = "triton"
         triton_utils.triton_hash_with_backend = lambda: "KERNELFLOW-CPU-CODEGEN"  # type: ignore[assignment]  # keys caches only
+
+
+@contextlib.contextmanager
+def _conv_fallback(on: bool) -> Iterator[None]:
+    """While `on`, convolutions lower to a plain call of aten.convolution: Inductor's own conv lowering writes the
+    weight's sizes into symbolic code as numbers. Code for one workload's sizes keeps Inductor's lowering, as
+    torch.compile runs it (its layout choice: channels-last around the convolution where that is faster)."""
+    if not on:
+        yield
+        return
+    import torch
+    from torch._inductor import lowering
+
+    saved = dict(lowering.lowerings), lowering.needs_realized_inputs.copy()
+    lowering.make_fallback(torch.ops.aten.convolution, warn=False)
+    try:
+        yield
+    finally:
+        lowering.lowerings.clear()
+        lowering.lowerings.update(saved[0])
+        lowering.needs_realized_inputs.clear()
+        lowering.needs_realized_inputs.update(saved[1])
 
 
 Input = tuple[str, str, list[str], list[str]]  # a graph input: forward's expression, its kind, its sizes and strides
@@ -143,6 +163,7 @@ def capture(model: Any, inputs: list[Any], dynamic: bool = True) -> tuple[str, l
     """(the wrapper's source, the graph inputs, the graph's output count): Inductor stopped at codegen, for symbolic
     sizes (`dynamic`) or for these inputs' sizes alone. Raises Unreadable with Dynamo's or Inductor's own error."""
     import torch
+    import torch._inductor.config as inductor
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.graph import GraphLowering
 
@@ -185,7 +206,7 @@ def capture(model: Any, inputs: list[Any], dynamic: bool = True) -> tuple[str, l
 
     GraphLowering.codegen = codegen  # type: ignore[method-assign]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _conv_fallback(dynamic and not inductor.max_autotune):
             torch.compile(model, backend=backend, dynamic=dynamic, fullgraph=True)(*inputs)
     except Exception as e:
         if not graphs:

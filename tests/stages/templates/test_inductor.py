@@ -108,6 +108,19 @@ def test_softplus_renders_a_self_contained_module_that_verifies(tmp_path: Path) 
                                                                      params=params)), tmp_path / "verify")
 
 
+def test_a_workloads_own_code_keeps_inductors_conv_lowering_and_the_symbolic_code_a_plain_call(tmp_path: Path) -> None:
+    """Inductor's conv lowering writes the weight's sizes into symbolic code, so there the convolution is a plain
+    aten call; code for one workload's sizes is torch.compile's own, with its layout choice (here, as Inductor
+    decides for this CPU: input and weight copied to channels-last before the call)."""
+    plan = FAMILY.match(problem(tmp_path, "conv", **CONV), None, "cpu")
+    symbolic, (static, *_) = plan.lowered["body"], plan.lowered["static"]
+    call = next(i for i, s in enumerate(symbolic) if s.startswith("buf0 = torch.ops.aten.convolution.default("))
+    assert not any("empty_strided" in s for s in symbolic[:call]), symbolic
+    channels_last = "torch.empty_strided((2, 3, 6, 7), (126, 1, 21, 3), "
+    assert any(s.startswith("buf0 = " + channels_last) for s in static["body"]), static["body"]
+    assert any(s.startswith("buf2 = torch.convolution(buf0, buf1, ") for s in static["body"]), static["body"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KINDS))
 def test_kinds_no_other_family_takes_verify(name: str, tmp_path: Path) -> None:
