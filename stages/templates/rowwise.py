@@ -12,14 +12,17 @@ narrow rows (BLOCK_D < min_tile) go to `rows`: min_tile // BLOCK_D rows per prog
 along its columns, so a program has as much work as a wide row's (with one program per narrow row, eager's
 multi-row kernels are ahead: docs/LOG.md).
 With `split_below`, few long rows (fewer than split_below, D > max_block_d) of a splittable program (a row
-output from sums, maxima or minima of the row) run in two stages: `partial` reduces column chunks of each row
-into a float32 buffer, `combine` reduces each row's partials and stores.
+output from sums, maxima or minima of the row, and sums of exp(row - shift) with the shift a function of the row's
+max, as logsumexp's) run in two stages: `partial` reduces column chunks of each row into a float32 buffer (a
+shifted sum about its chunk's own shift, in a second pass over the chunk), `combine` reduces each row's partials
+(a shifted sum's rescaled to the row's shift) and stores.
 Parameters: num_warps (at most; narrow rows use fewer), max_block_d, and optionally loop_block_d and loop_warps
 (the looped kernel's chunk and warps; default max_block_d and num_warps), min_tile and split_below.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kernelflow.stages.contracts import Problem
@@ -242,32 +245,92 @@ def _looped(program: Program) -> str:
     return _kernel(program, "_kf_row_looped", body)
 
 
+def _shifted(program: Program) -> dict[str, tuple[str, str, list[Line]]]:
+    """Second-level sums split rows can combine, by the sum's name: S = sum(tl.exp(A - C)), A an elem line without
+    reductions in it, C a row value computed from M = max(A) alone (M itself, or logsumexp's where(|M| == inf, 0,
+    M)); (M's name, C's name, the row lines from M to C). A chunk's S_j = sum(exp(A - C_j)), C_j from the chunk's
+    own max, rescales to the row's as S_j * exp(C_j - C)."""
+    levels, found = _levels(program), {}
+    for s in (ln for ln in program.lines if ln.reduce == "sum" and levels[ln.name] == 2):
+        e = program.line(s.deps[0])
+        if len(e.deps) != 1 or e.expr != f"tl.exp({e.deps[0]})":
+            continue
+        d = program.line(e.deps[0])
+        if len(d.deps) != 2 or d.expr != "{} - {}".format(*d.deps):
+            continue
+        a, c = (program.line(name) for name in d.deps)
+        if a.kind != "elem" or levels[a.name] != 0 or c.kind != "row":
+            continue
+        chain: set[str] = set()
+        sources: set[str] = set()  # what C reads other than row pointwise lines: M alone, for a shift of M's
+        stack = [c.name]
+        while stack:
+            line = program.line(stack.pop())
+            if line.kind == "row" and not line.reduce and line.load is None:
+                if line.name not in chain:
+                    chain.add(line.name)
+                    stack.extend(line.deps)
+            else:
+                sources.add(line.name)
+        m = program.line(sources.pop()) if len(sources) == 1 else None
+        if m is not None and m.reduce == "max" and m.deps == (a.name,):
+            found[s.name] = (m.name, c.name, [ln for ln in program.lines if ln.name in chain])
+    return found
+
+
 def splittable(program: Program) -> bool:
-    """A row output from reductions of the loaded row only (sum, mean, max, min): partial results combine."""
-    levels = _levels(program)
+    """A row output from reductions of the loaded row (sum, mean, max, min) and of exp-shifted sums of it
+    (`_shifted`): partial results combine."""
+    levels, shifted = _levels(program), _shifted(program)
     return program.out_kind == "row" and all(
-        levels[ln.name] == 1 and ln.reduce != "argmax" for ln in program.lines if ln.reduce)
+        (levels[ln.name] == 1 and ln.reduce != "argmax") or ln.name in shifted for ln in program.lines if ln.reduce)
 
 
 def _partial(program: Program) -> str:
-    """Split rows, stage 1: program (row, split) reduces columns [split * CHUNK, +CHUNK) into part[j, row, split]."""
+    """Split rows, stage 1: program (row, split) reduces columns [split * CHUNK, +CHUNK) into part[j, row, split]: the
+    first-level reductions in one pass, then the exp-shifted sums in another, about shifts from the chunk's own max."""
     reduces = [ln for ln in program.lines if ln.reduce]
-    parts = [_accumulate(ln) for ln in reduces]
-    body = [*_prologue(program), *rows.row_loads(program), "split = tl.program_id(1)", *(x for p in parts for x in p[0])]
-    body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [x for p in parts for x in p[1]],
-                        start="split * CHUNK", stop="tl.minimum(split * CHUNK + CHUNK, D)")
-    body += [x for p in parts for x in p[2]]
+    shifted = _shifted(program)
+    chains = {ln.name for _, _, chain in shifted.values() for ln in chain}
+    chunk = {"start": "split * CHUNK", "stop": "tl.minimum(split * CHUNK + CHUNK, D)"}
+    body = [*_prologue(program), *rows.row_loads(program), "split = tl.program_id(1)"]
+    for level in ([ln for ln in reduces if ln.name not in shifted], [ln for ln in reduces if ln.name in shifted]):
+        if not level:
+            continue
+        if level[0].name in shifted:
+            body += [rows.pointwise(program, ln) for ln in program.lines if ln.name in chains]
+        parts = [_accumulate(ln) for ln in level]
+        body += [x for p in parts for x in p[0]]
+        body += _chunk_loop(program, [ln.deps[0] for ln in level], [x for p in parts for x in p[1]], **chunk)
+        body += [x for p in parts for x in p[2]]
     body += [f"tl.store(part + ({j} * R + row) * SPLITS + split, {ln.name})" for j, ln in enumerate(reduces)]
     return jit_source("_kf_row_partial", rows.args(program, "part", "R", "CHUNK", "SPLITS"), body)
 
 
 def _combine(program: Program) -> str:
-    """Split rows, stage 2: each row combines its SPLITS partials, then its row lines, and stores."""
+    """Split rows, stage 2: each row combines its SPLITS partials (an exp-shifted sum's each rescaled by
+    exp(C_j - C), C_j its chunk's shift and C the row's, where the partial is not 0), then its row lines, and
+    stores."""
+    shifted = _shifted(program)
     body = ["row = tl.program_id(0)", *rows.offsets(program, "row"), "s = tl.arange(0, SPLITS_P2)"]
-    for j, ln in enumerate(line for line in program.lines if line.reduce):
-        partials = f"tl.load(part + ({j} * R + row) * SPLITS + s, mask=s < SPLITS, other={_MASKED[str(ln.reduce)]})"
-        body.append(f"{ln.name} = {_COMBINE[str(ln.reduce)]}({partials}, axis=0)")
-    body += [rows.pointwise(program, ln) for ln in program.lines if ln.kind == "row" and not ln.reduce]
+    reduces = [ln for ln in program.lines if ln.reduce]
+    for j, ln in enumerate(reduces):
+        body.append(f"parts_{ln.name} = tl.load(part + ({j} * R + row) * SPLITS + s, mask=s < SPLITS, "
+                    f"other={_MASKED[str(ln.reduce)]})")
+    body += [f"{ln.name} = {_COMBINE[str(ln.reduce)]}(parts_{ln.name}, axis=0)" for ln in reduces
+             if ln.name not in shifted]
+    known = {ln.name for ln in reduces}
+    for name, (m, c, chain) in shifted.items():
+        renamed = r"\b(" + "|".join([m, *(ln.name for ln in chain)]) + r")\b"
+        for ln in chain:  # the shift of the row's max, then of each chunk's (vectors parts_*)
+            if ln.name not in known:
+                body.append(rows.pointwise(program, ln))
+            body.append(re.sub(renamed, r"parts_\1", rows.pointwise(program, ln)))
+        known.update(ln.name for ln in chain)
+        body.append(f"{name} = tl.sum(tl.where(parts_{name} == 0.0, 0.0, parts_{name} * tl.exp(parts_{c} - {c})), "
+                    "axis=0)")
+    body += [rows.pointwise(program, ln) for ln in program.lines
+             if ln.kind == "row" and not ln.reduce and ln.name not in known]
     body.append(_store(program))
     return jit_source("_kf_row_combine", [*rows.args(program)[:-1], "part", "R", "SPLITS", "SPLITS_P2: tl.constexpr"],
                       body)
@@ -304,6 +367,7 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
         kernels.append(_rows(plan.program))
     if "split_below" in params:
         if not splittable(plan.program):
-            raise TemplateMismatch("split rows need a row output from first-level sum/max/min reductions")
+            raise TemplateMismatch("split rows need a row output from first-level sum/max/min reductions and "
+                                   "exp-shifted sums of the row")
         kernels += [_partial(plan.program), _combine(plan.program)]
     return module_source(plan.program, plan.reference, kernels, _forward(plan.program, params))

@@ -242,9 +242,10 @@ def test_multi_row_rowwise_kernel_matches_the_reference(stem: str, tmp_path: Pat
                    path, tmp_path)
 
 
-@pytest.mark.parametrize("stem", ["06_row_mean", "07_row_max"])
+@pytest.mark.parametrize("stem", ["06_row_mean", "07_row_max", "32_logsumexp"])
 def test_split_row_kernels_match_the_reference(stem: str, tmp_path: Path) -> None:
-    """Few rows longer than max_block_d: column chunks reduced into partials, then combined per row."""
+    """Few rows longer than max_block_d: column chunks reduced into partials, then combined per row (logsumexp's
+    sum of exp(x - shift) rescaled from each chunk's shift to the row's)."""
     path = next(p for p in PROBLEMS if p.stem == stem)
     problem, module = load_problem(path), import_problem(path)
     plan = TEMPLATES["rowwise"].match(problem, trace(problem, module))
@@ -254,6 +255,29 @@ def test_split_row_kernels_match_the_reference(stem: str, tmp_path: Path) -> Non
     assert "_kf_launch(_kf_row_partial, (rows, splits), " in source and "_kf_launch(_kf_row_combine, " in source
     assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="rowwise", params=params)),
                    path, tmp_path)
+
+
+def test_split_logsumexp_keeps_torchs_infinities_and_nans(tmp_path: Path) -> None:
+    """Rows whose chunks hold +inf, -inf only, a NaN, or huge values: torch.logsumexp's shift (0 where the max is
+    infinite) makes a +inf row +inf and an all -inf row -inf; the chunks' rescaling must not turn them, or a row far
+    below 0, into NaN."""
+    path = next(p for p in PROBLEMS if p.stem == "32_logsumexp")
+    problem, module = load_problem(path), import_problem(path)
+    params = {"num_warps": 4, "max_block_d": 8, "split_below": 256}
+    source = TEMPLATES["rowwise"].render(TEMPLATES["rowwise"].match(problem, trace(problem, module)), params)
+    model = load_model_class(Candidate.make(path.stem, "triton", source, Origin(kind="builtin", proposer="rowwise",
+                                                                                params=params)), tmp_path, "cpu")()
+    torch.manual_seed(0)
+    x = torch.randn(6, 50)
+    x[0, 3] = float("inf")
+    x[1] = float("-inf")
+    x[2, :17] = float("-inf")
+    x[3, 40] = float("nan")
+    x[4] *= 1e4
+    x[5] = -1e4 * x[5].abs()  # a shift far below 0: a padded partial's exp(0 - shift) overflows, times 0
+    x[5, 45] = float("-inf")
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), torch.logsumexp(x, dim=-1), rtol=1e-5, atol=1e-5, equal_nan=True)
 
 
 def test_split_rows_only_where_partials_combine() -> None:
