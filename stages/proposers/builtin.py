@@ -1,7 +1,8 @@
 """The builtin (LLM-free) proposer: recognize the computation, instantiate template families.
 
 Variants come best guess first, the matching families taking turns (so a search of a few candidates sees every
-family); a request's seed rotates that order. A parent from a matching family makes its family take its turn
+family), on the GPU torch.compile's own code first (FIRST_ON_GPU: the floor the templates have to beat); a
+request's seed rotates that order. A parent from a matching family makes its family take its turn
 last (the others get their best guess tried before local tuning) with the variants nearest the parent first.
 With the parent's profile actions (GenerateRequest.actions), its family proposes first what those actions
 suggest (stages/proposers/mutations.py), then the parent's plain neighbours, then the nearest variants. A parent
@@ -23,6 +24,10 @@ from kernelflow.stages.templates.lowering import trace
 from kernelflow.stages.templates.program import Plan, TemplateMismatch
 
 LEFT_OUT = "left out by the request"  # the reason of a family the request does not ask: not a refusal
+# Proposed first on the GPU: torch.compile's code for the problem, the baseline the other families set out to beat,
+# so that a search cut short by its budget has it. On the CPU it keeps its registry place (late): Triton's
+# interpreter runs Inductor's reductions slowly there.
+FIRST_ON_GPU = "inductor"
 
 
 def _distance(params: dict[str, Any], parent: dict[str, Any]) -> float:
@@ -48,9 +53,11 @@ def _ordered(family: str, plan: Plan, req: GenerateRequest, notes: list[str]) ->
 
 
 def _turns(plans: dict[str, Plan], req: GenerateRequest, notes: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """(family, params) in proposal order: round robin over the families, the parent's family last."""
+    """(family, params) in proposal order: round robin over the families, on the GPU FIRST_ON_GPU first, the
+    parent's family last."""
     refined = req.parent.origin.proposer if req.parent is not None else None
-    families = sorted(plans, key=lambda family: family == refined)
+    first = FIRST_ON_GPU if device_of(req) == "cuda" else None
+    families = sorted(plans, key=lambda family: (family == refined, family != first))
     lists = [[(family, p) for p in _ordered(family, plans[family], req, notes)] for family in families]
     turns = [turn for row in itertools.zip_longest(*lists) for turn in row if turn is not None]
     if refined in plans:

@@ -289,6 +289,26 @@ def test_split_rows_only_where_partials_combine() -> None:
         TEMPLATES["rowwise"].render(plan, {"num_warps": 4, "max_block_d": 8, "split_below": 256})
 
 
+def test_on_the_gpu_torch_compiles_code_is_proposed_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On cuda the inductor family takes the first turn (the floor to beat), on the CPU its registry place; a parent's
+    family still goes last; the request's seed still rotates."""
+    from kernelflow.stages.proposers import builtin
+
+    monkeypatch.setattr(builtin, "_ordered", lambda family, plan, req, notes: [{"i": 0}, {"i": 1}])
+    plans = {family: None for family in ("elementwise", "rowwise", "inductor")}
+    problem = load_problem(next(p for p in PROBLEMS if p.stem == "09_silu"))
+
+    def order(device: str, **kw: object) -> list[str]:
+        req = GenerateRequest(problem=problem, n=1, device=device, **kw)
+        return [family for family, _ in builtin._turns(plans, req, [])]  # type: ignore[arg-type]
+
+    assert order("cuda") == ["inductor", "elementwise", "rowwise"] * 2
+    assert order("cpu") == ["elementwise", "rowwise", "inductor"] * 2
+    assert order("cuda", seed=1) == ["elementwise", "rowwise", "inductor", "elementwise", "rowwise", "inductor"]
+    parent = Candidate.make(problem.id, "triton", "x", Origin(kind="builtin", proposer="inductor", params={}))
+    assert order("cuda", parent=parent) == ["elementwise", "rowwise", "inductor"] * 2
+
+
 def test_unmatched_problem_gets_no_candidate_and_every_familys_reason() -> None:
     sort = Path(__file__).parents[2] / "fixtures" / "problems" / "sort.py"
     result = generate.run(GenerateRequest(problem=load_problem(sort), n=4))
