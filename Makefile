@@ -43,7 +43,9 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(BIN)/kernelflow problems validate $(DEMO_PROBLEM)
-	@if $(BIN)/python -c "import sys, torch; sys.exit(not torch.cuda.is_available())"; then \
+	@gpu=$$($(BIN)/python -c "import torch; print(int(torch.cuda.is_available()))") || { \
+	  echo "make demo: $(BIN)/python cannot import torch (its error is above); 'make install' reinstalls" >&2; exit 1; }; \
+	if [ "$$gpu" = 1 ]; then \
 	  args="$(DEMO_GPU_ARGS)"; next="$$DEMO_NEXT_GPU"; else args="$(DEMO_CPU_ARGS)"; next="$$DEMO_NEXT_CPU"; fi; \
 	  echo "$(BIN)/kernelflow optimize $(DEMO_PROBLEM) $$args"; \
 	  $(BIN)/kernelflow optimize $(DEMO_PROBLEM) $$args && printf '%s\n' "$$next"
