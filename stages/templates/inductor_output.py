@@ -516,12 +516,11 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     module = import_problem(req["problem_path"])
     workload = Workload(name="inductor", params=req["workload"])
     init = workload_call(module, workload, "get_init_inputs", req["problem_path"])
-    model, inputs, _ = _model_at(module, workload, device, req["problem_path"])
+    model, inputs, args = _model_at(module, workload, device, req["problem_path"])
     code, graph_inputs, n_outputs = capture(model, inputs)
     try:  # the output's structure (a tensor, a tuple or a list of them), from a run on meta tensors
         with torch.device("meta"):
-            shape = module.Model(*init).eval()(*workload_call(module, workload, "get_inputs", req["problem_path"],
-                                                              meta=True))
+            shape = module.Model(*init).eval()(*args)
     except Exception as e:
         raise Unreadable(f"forward does not run on meta tensors ({type(e).__name__}: {e})") from e
     leaves = [shape] if isinstance(shape, torch.Tensor) else list(shape) if type(shape) in (tuple, list) else None
