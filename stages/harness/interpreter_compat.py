@@ -4,11 +4,10 @@ candidate is imported (stages/harness/candidate.py). It changes nothing for a co
 - Under NumPy 2.4 and later a scalar kernel argument is a one-element array, and the interpreter's `int(tensor)`
   (`range`/`tl.range` bounds, `__index__`) calls int() on that array, which NumPy refuses for arrays of one
   dimension: the interpreter reads the one element instead (`.item()`), as older NumPy did.
-- A reduction with a combine function (tl.reduce; Inductor's Welford, online softmax and argmax-with-index
-  reductions) runs as a pairwise tree along the axis, the combine called on whole arrays of pairs (lower indices
-  on the left), log2(n) calls; the interpreter's own calls it once per element in Python (a row of 4096
-  on 64 rows: 262k calls). A tree is also the order a GPU combines in; Triton requires the combine to be
-  associative."""
+- A reduction with a combine function (tl.reduce; Inductor's Welford and argmax-with-index reductions) runs as a
+  pairwise tree along the axis, the combine called on whole arrays of pairs (lower indices on the left), log2(n)
+  calls; the interpreter's own calls it once per element in Python (a row of 4096 on 64 rows: 262k calls). A tree
+  is also the order a GPU combines in; Triton requires the combine to be associative."""
 
 from __future__ import annotations
 
@@ -43,8 +42,9 @@ def install() -> None:
 
 def _tree_reduce(self, input):  # type: ignore[no-untyped-def]
     """ReduceOps.generic_reduce as a pairwise tree along the axis (see the module docstring); its output as the
-    interpreter's: the input's dtypes, the axis dropped (kept as 1 with keep_dims), a scalar for axis=None (every
-    input flattened; the interpreter's own flattens only the first of a tuple)."""
+    interpreter's: the input's dtypes, the axis dropped (kept as 1 with keep_dims), for axis=None a scalar (every
+    input flattened; the interpreter's own flattens only the first of a tuple), or with keep_dims one element in
+    as many dims as the input, as compiled Triton gives."""
     import numpy as np
     import triton.language as tl
 
@@ -56,8 +56,8 @@ def _tree_reduce(self, input):  # type: ignore[no-untyped-def]
         right = [self.to_tensor(np.ascontiguousarray(d[..., 1::2]), t) for d, t in zip(datas, dtypes, strict=True)]
         out = self.combine_fn.fn(*left, *right)
         out = out if isinstance(out, tuple) else (out,)
-        shape = left[0].handle.data.shape
-        datas = [np.broadcast_to(o.handle.data if isinstance(o, tl.core.tensor) else o, shape).astype(d.dtype)
+        pairs = left[0].handle.data.shape
+        datas = [np.broadcast_to(o.handle.data if isinstance(o, tl.core.tensor) else o, pairs).astype(d.dtype)
                  for o, d in zip(out, datas, strict=True)]
     ret = []
     for data, dtype in zip(datas, dtypes, strict=True):

@@ -37,8 +37,8 @@ the candidate's header), never a refusal, and where none is valid there is nothi
 checks none.
 Then, for each declared workload of the request's set, Inductor's code for that workload's sizes alone
 (dynamic=False, torch.compile's default: index arithmetic over constants, tiling and reduction choices for those
-sizes, Inductor's own conv lowering with its layout choice, where the symbolic code calls aten.convolution), read the same way with its kernels named after the workload, under `static`, each with the guard under
-which it runs: every tensor graph input's sizes (and strides where it is not made contiguous) and the value of
+sizes, Inductor's own conv lowering with its layout choice where the symbolic code calls aten.convolution), read
+the same way with its kernels named after the workload, under `static`, each with the guard under which it runs: every tensor graph input's sizes (and strides where it is not made contiguous) and the value of
 every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there.
 On cuda, each such kernel's configurations start with the one Inductor's autotuner picks on this GPU, from one real
 run of torch.compile at that workload (otherwise they are Inductor's candidates in its own order, which the

@@ -65,9 +65,10 @@ def _whole(x, out_i, out_m, R: tl.constexpr, C: tl.constexpr):
     v = tl.load(x + r * C + c)
     zero = tl.zeros([R, C], dtype=tl.float32)
     _, at = tl.reduce((v, r * C + c), None, _argmax)
-    mean, _, _ = tl.reduce((v, zero, zero + 1.0), None, _welford)
+    mean, _, _ = tl.reduce((v, zero, zero + 1.0), None, _welford, keep_dims=True)
     tl.store(out_i, at)
-    tl.store(out_m, mean)
+    tl.static_assert(len(mean.shape) == 2)  # one element in as many dims as the block
+    tl.store(out_m + r * 0 + c * 0, mean)
 
 
 def rows() -> torch.Tensor:
@@ -104,7 +105,7 @@ def test_the_tree_gives_the_folds_values_and_torchs(axis: int, keep: bool, monke
     torch.testing.assert_close(tree[1][finite], mean[finite])
 
 
-def test_a_whole_block_reduces_to_one_value() -> None:
+def test_a_whole_block_reduces_to_one_value_with_or_without_its_dims() -> None:
     x = torch.randn(8, 16)
     x[5, 7] = x[2, 1] = x.max() + 1
     at, mean = torch.empty(1, dtype=torch.int32), torch.empty(1)
