@@ -138,17 +138,25 @@ def _accumulate(line: Line) -> tuple[list[str], list[str], list[str]]:
             [f"{line.name} = tl.min(tl.where({acc} == tl.max({acc}, axis=0), idx_{line.name}, D), axis=0)"])
 
 
+def _exp_difference(program: Program, s: Line) -> tuple[Line, Line] | None:
+    """(A, X) where the sum S is sum(tl.exp(A - X)), else None."""
+    e = program.line(s.deps[0])
+    if len(e.deps) != 1 or e.expr != f"tl.exp({e.deps[0]})":
+        return None
+    d = program.line(e.deps[0])
+    if len(d.deps) != 2 or d.expr != "{} - {}".format(*d.deps):
+        return None
+    a, x = (program.line(name) for name in d.deps)
+    return a, x
+
+
 def _online(program: Program) -> dict[str, Line]:
     """Sums carried in their max's pass, by the max's name: S = sum(tl.exp(A - M)) with M = max(A), A an elem line."""
     carried: dict[str, Line] = {}
     for s in (ln for ln in program.lines if ln.reduce == "sum"):
-        e = program.line(s.deps[0])
-        if len(e.deps) != 1 or e.expr != f"tl.exp({e.deps[0]})":
+        if (pair := _exp_difference(program, s)) is None:
             continue
-        d = program.line(e.deps[0])
-        if len(d.deps) != 2 or d.expr != "{} - {}".format(*d.deps):
-            continue
-        a, m = (program.line(name) for name in d.deps)
+        a, m = pair
         if a.kind == "elem" and m.reduce == "max" and m.deps == (a.name,):
             carried.setdefault(m.name, s)
     return carried
@@ -252,13 +260,9 @@ def _shifted(program: Program) -> dict[str, tuple[str, str, list[Line]]]:
     own max, rescales to the row's as S_j * exp(C_j - C)."""
     levels, found = _levels(program), {}
     for s in (ln for ln in program.lines if ln.reduce == "sum" and levels[ln.name] == 2):
-        e = program.line(s.deps[0])
-        if len(e.deps) != 1 or e.expr != f"tl.exp({e.deps[0]})":
+        if (pair := _exp_difference(program, s)) is None:
             continue
-        d = program.line(e.deps[0])
-        if len(d.deps) != 2 or d.expr != "{} - {}".format(*d.deps):
-            continue
-        a, c = (program.line(name) for name in d.deps)
+        a, c = pair
         if a.kind != "elem" or levels[a.name] != 0 or c.kind != "row":
             continue
         chain: set[str] = set()
