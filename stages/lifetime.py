@@ -9,12 +9,13 @@ import os
 import signal
 
 PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)  # loaded in the parent: the forked child makes system calls only
+# looked up in the parent: the forked child makes system calls only (a lookup there takes the loader's lock)
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
 def die_with_parent(parent: int, status: int = 1) -> None:
     """In the forked child, before exec: SIGKILL when `parent` (os.getpid() of the caller, read before the fork)
     ends, and exit with `status` now if it already has."""
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:
         os._exit(status)

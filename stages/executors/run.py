@@ -44,7 +44,7 @@ from kernelflow.stages.errors import InfrastructureError
 from kernelflow.stages.executors import marks
 from kernelflow.stages.executors.docker import Docker, run_in_container
 from kernelflow.stages.executors.owner_guard import ensure_guard
-from kernelflow.stages.executors.sandbox import Plan, Sandbox, descendants, plan
+from kernelflow.stages.executors.sandbox import ENTER_FAILED, Plan, Sandbox, descendants, plan
 from kernelflow.stages.problems import fx_trace
 
 STAGES = {"compile": "kernelflow.stages.compile", "verify": "kernelflow.stages.verify", "benchmark": "kernelflow.stages.benchmark",
@@ -167,7 +167,10 @@ def _run_process(name: str, request: StageRequest, sandbox: Sandbox, req_path: P
                                         env=call.env | {marks.OWNER_MARK: marks.owner(), marks.CALL_MARK: mark},
                                         start_new_session=True, preexec_fn=call.enter)
             except subprocess.SubprocessError as e:  # the probe said it would work: not the candidate's doing
-                raise InfrastructureError(f"stage {name}: the process could not enter its sandbox ({e}); "
+                said = [line for line in log_path.read_text(errors="replace").splitlines()
+                        if line.startswith(ENTER_FAILED)]
+                why = said[-1].removeprefix(ENTER_FAILED) if said else f"{e}; the child said nothing"
+                raise InfrastructureError(f"stage {name}: the process could not enter its sandbox ({why}); "
                                           f"{call.record}") from e
             seen: dict[int, str] = {}
             try:

@@ -54,8 +54,10 @@ from kernelflow.stages.lifetime import die_with_parent
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+ENTER_FAILED = "the stage process could not enter its sandbox: "
 CPU_GRACE_S = 5  # from SIGXCPU (the soft limit) to SIGKILL (the hard one), for a process that ignores SIGXCPU
-_libc = ctypes.CDLL(None, use_errno=True)  # loaded here, not in a forked child: os.unshare is Python 3.12+
+# looked up here, not in a forked child (a lookup there takes the loader's lock): os.unshare is Python 3.12+
+_unshare = ctypes.CDLL(None, use_errno=True).unshare
 
 
 class Sandbox(Contract):
@@ -112,16 +114,22 @@ class Plan:
     parent: int = field(default_factory=os.getpid)  # the process that starts the stage process
 
     def enter(self) -> None:
-        """Popen's preexec_fn, in the forked child before exec: system calls only (no imports, no locks taken)."""
-        if self.isolate:
-            isolate_network(*self.ids)
-        for which, soft, hard in self.rlimits:
-            resource.setrlimit(which, (soft, hard))
-        if self.writable is not None:
-            landlock.restrict_writes(self.writable, self.landlock_abi)
-        # dies with the process that started it: a flow killed mid-call leaves no stage process timing on, writing
-        # into the work dir a resumed run reuses, or holding the GPU outside its lock
-        die_with_parent(self.parent, INFRA_EXIT)
+        """Popen's preexec_fn, in the forked child before exec: system calls only (no imports, no locks taken).
+        The rlimits come last, so that no limit (RLIMIT_AS on the parent's address space) binds this code. A step
+        that fails writes why to the child's stderr (the call's log) before Popen reports it without the reason."""
+        try:
+            if self.isolate:
+                isolate_network(*self.ids)
+            if self.writable is not None:
+                landlock.restrict_writes(self.writable, self.landlock_abi)
+            # dies with the process that started it: a flow killed mid-call leaves no stage process timing on,
+            # writing into the work dir a resumed run reuses, or holding the GPU outside its lock
+            die_with_parent(self.parent, INFRA_EXIT)
+            for which, soft, hard in self.rlimits:
+                resource.setrlimit(which, (soft, hard))
+        except BaseException as e:
+            os.write(2, f"{ENTER_FAILED}{type(e).__name__}: {e}\n".encode(errors="replace"))
+            raise
 
     def verdict(self, signum: int) -> tuple[str, str] | None:
         """(failure kind, why) for a stage process killed by one of the sandbox's limits, else None."""
@@ -269,7 +277,7 @@ def isolate_network(uid: int, gid: int) -> None:
     The caller must be single-threaded (a forked child is). Raises OSError naming the step that failed."""
     step = "unshare(CLONE_NEWUSER|CLONE_NEWNET)"
     try:
-        if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        if _unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
         for step, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),

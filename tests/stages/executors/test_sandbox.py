@@ -3,8 +3,10 @@ process (tests/sandbox_stage.py: no static checks, no audit hook, as for a candi
 they could do. Network isolation needs unprivileged user namespaces; where this machine has none, the network test
 checks that the record says so, then skips."""
 
+import dataclasses
 import json
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -302,11 +304,16 @@ def test_a_candidate_cannot_lift_its_limits(tmp_path: Path):
     assert out["lift"] in ("ValueError", "PermissionError")
 
 
-def test_a_sandbox_that_cannot_be_entered_is_an_infrastructure_error(tmp_path: Path, monkeypatch):
-    def refuse(self):
-        raise PermissionError("unshare(CLONE_NEWUSER|CLONE_NEWNET): Operation not permitted")
+def test_a_sandbox_that_cannot_be_entered_is_an_infrastructure_error_that_says_why(tmp_path: Path, monkeypatch):
+    """Popen reports a failed preexec_fn without its exception; the child's own line in the log gives the step."""
+    real = sandbox.plan
 
-    monkeypatch.setattr(sandbox.Plan, "enter", refuse)
-    with pytest.raises(InfrastructureError, match="could not enter its sandbox"):
+    def unsettable(*args, **kwargs) -> sandbox.Plan:  # a soft limit above its hard one: setrlimit refuses it
+        call = real(*args, **kwargs)
+        return dataclasses.replace(call, rlimits=(*call.rlimits, (resource.RLIMIT_CORE, 1, 0)))
+
+    monkeypatch.setattr(executor, "plan", unsettable)
+    with pytest.raises(InfrastructureError, match=r"could not enter its sandbox \(ValueError: .*limit"):
         run_probe(tmp_path, "")
     assert not (tmp_path / "work" / "probe.tmp").exists()
+
