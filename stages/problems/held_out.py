@@ -3,7 +3,9 @@
 Every moved size of the smallest declared workload goes to a nearby value that keeps at least its power-of-two
 alignment: v minus its lowest set bit when something is left (96 -> 64, 600 -> 592, 7 -> 6), half of v for a power
 of two of 64 or more (8192 -> 4096: never larger than declared, so a GPU shape still fits), else twice v (1 -> 2,
-32 -> 64). A constant counts as a size when some declared workload, of any size set, gives it a value above
+32 -> 64). A shape is never larger than the largest declared workload (the product of its sizes): where the doubled
+ones would make it so, they are halved instead (32 -> 16), so that no held-out shape needs more memory, or wider
+indices (past 2^31 elements, where int32 offsets stop), than a declared one. A constant counts as a size when some declared workload, of any size set, gives it a value above
 MAX_SETTING; smaller ones (mask_mode=1 or 2, a group count) may be settings, and are kept. A workload that sets no
 constant (a plain KernelBench file's one workload, gpu0) runs at the module's own sizes: the constants its
 get_inputs/get_init_inputs read (stages/problems/kernelbench.py `size_constants`) stand for its params here.
@@ -62,8 +64,11 @@ def held_out(workloads: list[Workload], declared: list[Workload], constants: dic
     inputs = [k for k in w.params if k in sizes and k not in architecture]
     moves = [set(inputs), *({k} for k in inputs), sizes]
     shapes: list[dict[str, int]] = []
+    largest = max(math.prod(x.params.values()) for x in declared if sizes & set(x.params))
     for moved in moves:
         params = {k: perturb(v) if k in moved else v for k, v in w.params.items()}
+        if math.prod(params.values()) > largest:
+            params = {k: max(v // 2, 1) if params[k] > v else params[k] for k, v in w.params.items()}
         if params != w.params and params not in shapes:
             shapes.append(params)
     names = [f"{w.name}-held-out"] + [f"{w.name}-held-out-{i}" for i in range(2, len(shapes) + 1)]

@@ -24,6 +24,7 @@ from kernelflow.stages.contracts import (
     Origin,
     Policy,
     VerifyRequest,
+    Workload,
 )
 from kernelflow.stages.errors import CandidateFault
 from kernelflow.stages.executors.run import run_stage
@@ -464,6 +465,22 @@ def test_held_out_shapes_keep_alignment_and_settings():
     assert held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads, {"batch_size": 64}) == \
         held_out(SOFTMAX.cpu_workloads, SOFTMAX.cpu_workloads)  # a workload that sets its sizes keeps them
 
+
+
+def test_a_held_out_shape_is_never_larger_than_the_largest_declared():
+    """Doubled small powers of two (a 3-D problem's batch and spatial sizes) would make a one-workload problem's
+    held-out shape 16x its size, past 2^31 elements where int32 offsets stop: there they are halved. With a larger
+    workload declared (of any size set), doubling the smallest stays below it and is kept."""
+    volume = {"batch_size": 16, "depth": 16, "height": 32, "width": 32}
+    pair = held_out(PLAIN.gpu_workloads, PLAIN.gpu_workloads, volume)[0]
+    assert pair[1].params == {"batch_size": 8, "depth": 8, "height": 16, "width": 16}
+    small, large = Workload(name="gpu0", params={"n": 16}), Workload(name="gpu1", params={"n": 4096})
+    assert [h.params for _, h in held_out([small], [small, large])] == [{"n": 32}]
+    assert [h.params for _, h in held_out([small], [small])] == [{"n": 8}]
+    one = Workload(name="cpu0", params={"batch_size": 1, "seq_len": 32})  # a size of 1 is not halved to nothing
+    nine = Workload(name="cpu1", params={"batch_size": 9, "seq_len": 8})
+    assert [h.params for _, h in held_out([one, nine], [one, nine])] == \
+        [{"batch_size": 1, "seq_len": 16}, {"batch_size": 2, "seq_len": 32}, {"batch_size": 1, "seq_len": 64}]
 
 def test_held_out_shapes_move_the_input_sizes_first():
     """The architecture's sizes (get_init_inputs reads them: the parameters' shapes) stay in the first held-out shape,
