@@ -138,7 +138,7 @@ def test_the_container_is_a_sandbox(engine, tmp_path: Path, monkeypatch):
 
 
 def test_a_triton_candidate_compiles_and_verifies_in_containers(engine, tmp_path: Path):
-    triton = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton")).candidates[0]
+    triton = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton", device="cpu")).candidates[0]
     common = dict(problem=SOFTMAX, candidate=triton)
     compiled = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), **common), DOCKER)
     assert compiled.status == "ok", compiled.message
@@ -162,7 +162,7 @@ def test_a_stale_image_is_refused(engine, tmp_path: Path, monkeypatch):
 
 
 def test_the_cli_verifies_through_the_docker_executor(engine, tmp_path: Path, capsys):
-    triton = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton")).candidates[0]
+    triton = generate.run(GenerateRequest(problem=SOFTMAX, n=1, backend="triton", device="cpu")).candidates[0]
     (tmp_path / "candidate.py").write_text(triton.source)
     code = cli(["verify", SOFTMAX.path, str(tmp_path / "candidate.py"), "--device", "cpu", "--store",
                 str(tmp_path / "store"), "--executor", "docker", "--image", IMAGE])
