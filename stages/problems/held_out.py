@@ -5,9 +5,9 @@ alignment: v minus its lowest set bit when something is left (96 -> 64, 600 -> 5
 of two of 64 or more (8192 -> 4096: never larger than declared, so a GPU shape still fits), else twice v (1 -> 2,
 32 -> 64). A shape is never larger than the largest declared workload (the product of its sizes): where the doubled
 ones would make it so, they are halved instead (32 -> 16), so that no held-out shape needs more memory, or wider
-indices (past 2^31 elements, where int32 offsets stop), than a declared one. A constant counts as a size when some declared workload, of any size set, gives it a value above
-MAX_SETTING; smaller ones (mask_mode=1 or 2, a group count) may be settings, and are kept. A workload that sets no
-constant (a plain KernelBench file's one workload, gpu0) runs at the module's own sizes: the constants its
+indices (past 2^31 elements, where int32 offsets stop), than a declared one. A constant counts as a size when
+some declared workload, of any size set, gives it a value above MAX_SETTING; smaller ones (mask_mode=1 or 2, a
+group count) may be settings, and are kept. A workload that sets no constant (a plain KernelBench file's one workload, gpu0) runs at the module's own sizes: the constants its
 get_inputs/get_init_inputs read (stages/problems/kernelbench.py `size_constants`) stand for its params here.
 
 Which sizes move. A size that get_init_inputs reads is the architecture's: it fixes the module's parameters' shapes
