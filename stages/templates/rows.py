@@ -76,9 +76,10 @@ def head(program: Program) -> list[str]:
             f"rows = {count}", "block_d = _kf_pow2(D)"]
 
 
-# The looped kernel's own launch parameters, by the ending of its name (`_kf_row_looped`, `_kf_scan_looped`): a
-# profiler finding on that kernel moves these first (stages/proposers/mutations.py).
-KERNEL_PARAMS = {"_looped": ("loop_block_d", "loop_warps")}
+# A kernel's own launch parameters, by the ending of its name, the first ending that fits (`_kf_rows_looped`, then
+# `_kf_row_looped`, `_kf_scan_looped`): a profiler finding on that kernel moves these first
+# (stages/proposers/mutations.py).
+KERNEL_PARAMS = {"_rows_looped": ("min_tile",), "_looped": ("loop_block_d", "loop_warps")}
 
 
 def resident_warps(block_d: str, warps: int, per_thread: int | None) -> str:
@@ -90,10 +91,11 @@ def resident_warps(block_d: str, warps: int, per_thread: int | None) -> str:
 
 
 def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str, looped: str,
-             per_thread: int | None = None) -> list[str]:
+             per_thread: int | None = None, wide: tuple[str, str] | None = None) -> list[str]:
     """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one (on
     `resident_warps`), the rest to the looped one, in chunks of loop_block_d on loop_warps warps (default:
-    max_block_d and num_warps)."""
+    max_block_d and num_warps). `wide`: (a multi-row looped kernel, a condition) for the rows min_tile does not
+    take, where the condition holds: strided_rows rows a program, in chunks of min_tile // strided_rows."""
     cap, warps, call = params["max_block_d"], params["num_warps"], launch_args(program)
     chunk, chunk_warps = params.get("loop_block_d", cap), params.get("loop_warps", warps)
     lines = []
@@ -104,6 +106,12 @@ def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str
                  "    " + launch.call(tiled, "(_kf_cdiv(rows, per),)", f"{call}, rows, ROWS=per, BLOCK_D=block_d, "
                                      f"num_warps=max(1, min({warps}, {tile} // 256))"),
                  "    return out"]
+        if wide is not None:
+            per = params["strided_rows"]
+            lines += [f"if {wide[1]}:",
+                      "    " + launch.call(wide[0], f"(_kf_cdiv(rows, {per}),)", f"{call}, rows, ROWS={per}, "
+                                          f"BLOCK_D={tile // per}, num_warps=max(1, min({warps}, {tile} // 256))"),
+                      "    return out"]
     return lines + [
         f"if block_d <= {cap}:",
         "    " + launch.call(resident, "(rows,)",

@@ -16,14 +16,19 @@ output from sums, maxima or minima of the row, and sums of exp(row - shift) with
 max, as logsumexp's) run in two stages: `partial` reduces column chunks of each row into a float32 buffer (a
 shifted sum about its chunk's own shift, in a second pass over the chunk), `combine` reduces each row's partials
 (a shifted sum's rescaled to the row's shift) and stores.
+With `strided_rows`, in a program whose innermost axis is kept (a reduction over a middle dim, a norm over
+channels: a row's columns strided, consecutive rows adjacent in memory), rows of min_tile or more adjacent in runs
+of STRIDED_RUN or more go to `rows_looped`: strided_rows rows a program as one 2-D tile, walked in chunks of
+min_tile // strided_rows columns (Tile). One program per such row reads one element of each sector it fetches.
 Parameters: num_warps (at most; narrow rows use fewer), max_block_d, and optionally loop_block_d and loop_warps
-(the looped kernel's chunk and warps; default max_block_d and num_warps), min_tile and split_below.
+(the looped kernel's chunk and warps; default max_block_d and num_warps), min_tile, split_below and strided_rows.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import index, launch, rows
@@ -44,6 +49,9 @@ MIN_TILES = (4096,)
 # Split rows: fewer rows than SPLIT_BELOW, each longer than max_block_d, are cut into column chunks so that about
 # SPLIT_PROGRAMS programs run (with one program per row, rows fewer than the SMs leave the rest idle: docs/LOG.md).
 SPLIT_BELOW, SPLIT_PROGRAMS = 256, 1024
+# Wide strided rows: STRIDED_ROWS rows a program (32 float32 rows are a 128-byte line of each column), where the
+# innermost axis is at least STRIDED_RUN long (shorter runs: rows one program each, as elsewhere).
+STRIDED_ROWS, STRIDED_RUN = 32, 16
 
 _MASKED = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")'}
 _COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax"}
@@ -60,50 +68,83 @@ def match(problem: Problem, traced: Traced) -> Plan:
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
     """Multi-row tiles first (they change nothing for rows of min_tile or more), then one row per program. Rows
-    wider than max_block_d loop in chunks of LOOP_BLOCK_D (at most max_block_d) on LOOP_WARPS warps."""
+    wider than max_block_d loop in chunks of LOOP_BLOCK_D (at most max_block_d) on LOOP_WARPS warps. Where rows are
+    strided (`strided`), the multi-row tiles take wide rows too (strided_rows)."""
     split = {"split_below": SPLIT_BELOW} if splittable(plan.program) else {}
     tiled = [{"num_warps": warps, "max_block_d": MAX_BLOCKS[0], "min_tile": tile, **split} for tile in MIN_TILES
              for warps in WARPS[:2]]
     plain = [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
-    return [{**p, "loop_block_d": min(LOOP_BLOCK_D, p["max_block_d"]), "loop_warps": LOOP_WARPS} for p in tiled + plain]
+    out = [{**p, "loop_block_d": min(LOOP_BLOCK_D, p["max_block_d"]), "loop_warps": LOOP_WARPS} for p in tiled + plain]
+    if strided(plan.program):
+        out = [{**p, "strided_rows": STRIDED_ROWS} if "min_tile" in p else p for p in out]
+    return out
 
 
-def _prologue(program: Program) -> list[str]:
-    return ["row = tl.program_id(0)", *rows.offsets(program, "row")]
+@dataclass(frozen=True)
+class Tile:
+    """How a kernel lays out its rows and a chunk of their columns. `row`: one row per program, a 1-D chunk. `rows`:
+    ROWS rows as [ROWS, BLOCK_D], row values [ROWS, 1] (keep_dims), rows past R masked. Triton's coalescing orders
+    a tile's dims by the contiguity it proves of the addresses, a tie going to dim 0 (TTGIR for sm_90: a row's
+    address goes through // and % by the sizes, proven contiguous where they are multiples of 16, else a tie); so
+    lanes run along a row's columns where those are contiguous, and along the rows where consecutive rows are the
+    adjacent ones (the innermost axis kept)."""
+
+    kind: Literal["row", "rows"]
+
+    @property
+    def shape(self) -> str:
+        """A per-lane accumulator's shape."""
+        return "[BLOCK_D]" if self.kind == "row" else "[ROWS, BLOCK_D]"
+
+    @property
+    def axis(self) -> str:
+        """A reduction's arguments: over the columns, a 2-D tile's keeping its dims."""
+        return "axis=0" if self.kind == "row" else "axis=1, keep_dims=True"
+
+    @property
+    def row_mask(self) -> str | None:
+        return None if self.kind == "row" else "row_mask"
+
+    def lanes(self, start: str | None = None) -> str:
+        """Column indices of a chunk beginning at `start`, shaped for the tile."""
+        lanes = "tl.arange(0, BLOCK_D)" + ("" if self.kind == "row" else "[None, :]")
+        return f"{start} + {lanes}" if start else lanes
+
+    def mask(self, stop: str = "D") -> str:
+        return f"cols < {stop}" if self.kind == "row" else f"row_mask & (cols < {stop})"
+
+    def prologue(self, program: Program) -> list[str]:
+        if self.kind == "row":
+            return ["row = tl.program_id(0)", *rows.offsets(program, "row")]
+        return ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", "row_mask = rows < R",
+                *rows.offsets(program, "rows")]
+
+    def args(self, program: Program) -> list[str]:
+        return rows.args(program) if self.kind == "row" else rows.args(program, "R", "ROWS: tl.constexpr")
+
+
+ROW, ROWS = Tile("row"), Tile("rows")
+
+
+def strided(program: Program) -> bool:
+    """The full operand's innermost axis is kept: consecutive rows are adjacent in memory, a row's columns strided."""
+    return program.operands[program.full].axes[-1] not in program.reduced
 
 
 def _masked(line: Line) -> str:
     return f"tl.where(mask, {line.deps[0]}, {_MASKED[str(line.reduce)]})"
 
 
-def _store(program: Program) -> str:
-    return rows.store(program)
-
-
-def _resident(program: Program) -> str:
-    body = [*_prologue(program), "cols = tl.arange(0, BLOCK_D)", "mask = cols < D"]
+def _resident(program: Program, tile: Tile, name: str) -> str:
+    """The whole row (a tile's rows) in registers: every line once, reductions over the columns."""
+    body = [*tile.prologue(program), f"cols = {tile.lanes()}", f"mask = {tile.mask()}"]
     for line in program.lines:
         if line.reduce:
-            body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, axis=0)")
+            body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, {tile.axis})")
         else:
-            body.append(rows.pointwise(program, line))
-    body.append(_store(program))
-    return _kernel(program, "_kf_row_resident", body)
-
-
-def _rows(program: Program) -> str:
-    """ROWS rows per program: row values are [ROWS, 1] columns (keep_dims), so every line broadcasts as in the
-    one-row kernel; rows past R are masked."""
-    body = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", "row_mask = rows < R",
-            *rows.offsets(program, "rows")]
-    body += ["cols = tl.arange(0, BLOCK_D)[None, :]", "mask = row_mask & (cols < D)"]
-    for line in program.lines:
-        if line.reduce:
-            body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, axis=1, keep_dims=True)")
-        else:
-            body.append(rows.pointwise(program, line, "row_mask"))
-    body.append(rows.store(program, "row_mask"))
-    return jit_source("_kf_rows_resident", rows.args(program, "R", "ROWS: tl.constexpr"), body)
+            body.append(rows.pointwise(program, line, tile.row_mask))
+    body.append(rows.store(program, tile.row_mask or "mask"))
+    return jit_source(name, tile.args(program), body)
 
 
 def _levels(program: Program) -> dict[str, int]:
@@ -115,27 +156,29 @@ def _levels(program: Program) -> dict[str, int]:
     return level
 
 
-def _chunk_loop(program: Program, roots: list[str], updates: list[str], start: str = "0", stop: str = "D") -> list[str]:
-    inner = ["cols = start + tl.arange(0, BLOCK_D)", f"mask = cols < {stop}"]
+def _chunk_loop(program: Program, tile: Tile, roots: list[str], updates: list[str], start: str = "0",
+                stop: str = "D") -> list[str]:
+    inner = [f"cols = {tile.lanes('start')}", f"mask = {tile.mask(stop)}"]
     inner += [rows.pointwise(program, line) for line in program.closure(roots)] + updates + ["start += BLOCK_D"]
     return [f"start = {start}", f"while start < {stop}:", *("    " + line for line in inner)]
 
 
-def _accumulate(line: Line) -> tuple[list[str], list[str], list[str]]:
+def _accumulate(line: Line, tile: Tile) -> tuple[list[str], list[str], list[str]]:
     """Init, per-chunk update and final lines of a reduction carried across chunks, per lane."""
-    acc = f"acc_{line.name}"
+    acc, shape, axis = f"acc_{line.name}", tile.shape, tile.axis
     if line.reduce == "sum":
-        return ([f"{acc} = tl.zeros([BLOCK_D], dtype=tl.float32)"], [f"{acc} += {_masked(line)}"],
-                [f"{line.name} = tl.sum({acc}, axis=0)"])
+        return ([f"{acc} = tl.zeros({shape}, dtype=tl.float32)"], [f"{acc} += {_masked(line)}"],
+                [f"{line.name} = tl.sum({acc}, {axis})"])
     if line.reduce in ("max", "min"):
         how = "maximum" if line.reduce == "max" else "minimum"
-        return ([f"{acc} = tl.full([BLOCK_D], {_MASKED[line.reduce]}, tl.float32)"],
-                [f"{acc} = tl.{how}({acc}, {_masked(line)})"], [f"{line.name} = tl.{line.reduce}({acc}, axis=0)"])
+        return ([f"{acc} = tl.full({shape}, {_MASKED[line.reduce]}, tl.float32)"],
+                [f"{acc} = tl.{how}({acc}, {_masked(line)})"], [f"{line.name} = tl.{line.reduce}({acc}, {axis})"])
     masked = f"m_{line.name}"  # argmax: the first index of the maximum, lane by lane, then across lanes
-    return ([f"{acc} = tl.full([BLOCK_D], float(\"-inf\"), tl.float32)", f"idx_{line.name} = tl.zeros([BLOCK_D], dtype=tl.int32)"],
+    return ([f"{acc} = tl.full({shape}, float(\"-inf\"), tl.float32)",
+             f"idx_{line.name} = tl.zeros({shape}, dtype=tl.int32)"],
             [f"{masked} = {_masked(line)}", f"better = {masked} > {acc}", f"{acc} = tl.where(better, {masked}, {acc})",
              f"idx_{line.name} = tl.where(better, cols, idx_{line.name})"],
-            [f"{line.name} = tl.min(tl.where({acc} == tl.max({acc}, axis=0), idx_{line.name}, D), axis=0)"])
+            [f"{line.name} = tl.min(tl.where({acc} == tl.max({acc}, {axis}), idx_{line.name}, D), {axis})"])
 
 
 def _exp_difference(program: Program, s: Line) -> tuple[Line, Line] | None:
@@ -162,18 +205,19 @@ def _online(program: Program) -> dict[str, Line]:
     return carried
 
 
-def _online_accumulate(m: Line, s: Line) -> tuple[list[str], list[str], list[str]]:
+def _online_accumulate(m: Line, s: Line, tile: Tile) -> tuple[list[str], list[str], list[str]]:
     """`_accumulate` for M = max(A) and S = sum(exp(A - M)) together: per lane a running max and a sum of exp(A - it),
     rescaled when it grows. A lane of -inf only adds 0 (torch's NaN for a row of -inf comes from the output's
     exp(-inf - -inf)); +inf or NaN makes S NaN, as in torch (lanes are guarded on S == 0, not on M == -inf, so a NaN
     that the GPU's NaN-dropping maximum left out of M still reaches S)."""
     inf, a, new, acc_m, acc_s = _MASKED["max"], f"m_{m.name}", f"new_{m.name}", f"acc_{m.name}", f"acc_{s.name}"
-    return ([f"{acc_m} = tl.full([BLOCK_D], {inf}, tl.float32)", f"{acc_s} = tl.zeros([BLOCK_D], dtype=tl.float32)"],
+    return ([f"{acc_m} = tl.full({tile.shape}, {inf}, tl.float32)",
+             f"{acc_s} = tl.zeros({tile.shape}, dtype=tl.float32)"],
             [f"{a} = {_masked(m)}", f"{new} = tl.maximum({acc_m}, {a})",
              f"{acc_s} = {acc_s} * tl.where({new} == {inf}, 0.0, tl.exp({acc_m} - {new}))"
              f" + tl.where({a} == {inf}, 0.0, tl.exp({a} - {new}))", f"{acc_m} = {new}"],
-            [f"{m.name} = tl.max({acc_m}, axis=0)",
-             f"{s.name} = tl.sum(tl.where({acc_s} == 0.0, 0.0, {acc_s} * tl.exp({acc_m} - {m.name})), axis=0)"])
+            [f"{m.name} = tl.max({acc_m}, {tile.axis})",
+             f"{s.name} = tl.sum(tl.where({acc_s} == 0.0, 0.0, {acc_s} * tl.exp({acc_m} - {m.name})), {tile.axis})"])
 
 
 def _welford(program: Program) -> dict[str, tuple[Line, Line]]:
@@ -196,29 +240,30 @@ def _welford(program: Program) -> dict[str, tuple[Line, Line]]:
     return carried
 
 
-def _welford_accumulate(s1: Line, s2: Line) -> tuple[list[str], list[str], list[str]]:
+def _welford_accumulate(s1: Line, s2: Line, tile: Tile) -> tuple[list[str], list[str], list[str]]:
     """`_accumulate` for S1 = sum(A) with S2's per-lane Welford terms carried in its pass: each lane's mean of A and
     sum of squared deviations from it. A lane's count n is the number of chunks that reach it, the same for every
     live lane of a chunk, so an update multiplies by one reciprocal per chunk, and S1 is sum(n * mean): two arrays
     carried, not four (with four, BLOCK_D 16384 on 8 warps spills 880 bytes a thread on sm_90: docs/LOG.md)."""
     a, mu, m2, delta, inv, n = (f"{x}_{s2.name}" for x in ("w", "mu", "m2", "delta", "inv", "n"))
-    return ([f"{x} = tl.zeros([BLOCK_D], dtype=tl.float32)" for x in (mu, m2)],
+    return ([f"{x} = tl.zeros({tile.shape}, dtype=tl.float32)" for x in (mu, m2)],
             [f"{a} = tl.where(mask, {s1.deps[0]}, 0.0)", f"{inv} = 1.0 / (start // BLOCK_D + 1)",
              f"{delta} = {a} - {mu}", f"{mu} += tl.where(mask, {delta} * {inv}, 0.0)",
              f"{m2} += tl.where(mask, {delta} * ({a} - {mu}), 0.0)"],
-            [f"{n} = ((D - tl.arange(0, BLOCK_D) + BLOCK_D - 1) // BLOCK_D).to(tl.float32)",
-             f"{s1.name} = tl.sum({n} * {mu}, axis=0)"])
+            [f"{n} = ((D - {tile.lanes()} + BLOCK_D - 1) // BLOCK_D).to(tl.float32)",
+             f"{s1.name} = tl.sum({n} * {mu}, {tile.axis})"])
 
 
-def _welford_variance(s2: Line, mean: Line) -> str:
+def _welford_variance(s2: Line, mean: Line, tile: Tile) -> str:
     """S2 from `_welford_accumulate`'s lanes once the row's mean is known: their sums combined about it,
     sum(m2 + n * (mu - mean)^2), which keeps the two-pass sum's accuracy (no E[x^2] - mean^2 cancellation)."""
     mu, m2, n = (f"{x}_{s2.name}" for x in ("mu", "m2", "n"))
-    return f"{s2.name} = tl.sum({m2} + {n} * ({mu} - {mean.name}) * ({mu} - {mean.name}), axis=0)"
+    return f"{s2.name} = tl.sum({m2} + {n} * ({mu} - {mean.name}) * ({mu} - {mean.name}), {tile.axis})"
 
 
-def _looped(program: Program) -> str:
-    body, known = _prologue(program), set[str]()
+def _looped(program: Program, tile: Tile, name: str) -> str:
+    """Rows (a tile's rows) walked in chunks of BLOCK_D columns, one pass per level of reduction."""
+    body, known = tile.prologue(program), set[str]()
     levels, online, welford = _levels(program), _online(program), _welford(program)
     carried = {s.name for s in online.values()} | {s2.name for s2, _ in welford.values()}
 
@@ -226,31 +271,31 @@ def _looped(program: Program) -> str:
         ready = [ln for ln in program.lines if ln.kind == "row" and not ln.reduce and ln.name not in known
                  and all(d in known for d in ln.deps)]
         known.update(ln.name for ln in ready)
-        return [rows.pointwise(program, ln) for ln in ready]
+        return [rows.pointwise(program, ln, tile.row_mask) for ln in ready]
 
     while (more := row_lines()):  # the row loads and what they alone give, before the first chunk loop
         body += more
     for level in sorted({levels[ln.name] for ln in program.lines if ln.reduce and ln.name not in carried}):
         reduces = [ln for ln in program.lines if ln.reduce and levels[ln.name] == level and ln.name not in carried]
-        parts = [_online_accumulate(ln, online[ln.name]) if ln.name in online else
-                 _welford_accumulate(ln, welford[ln.name][0]) if ln.name in welford else _accumulate(ln)
+        parts = [_online_accumulate(ln, online[ln.name], tile) if ln.name in online else
+                 _welford_accumulate(ln, welford[ln.name][0], tile) if ln.name in welford else _accumulate(ln, tile)
                  for ln in reduces]
         body += [s for p in parts for s in p[0]]
-        body += _chunk_loop(program, [ln.deps[0] for ln in reduces], [s for p in parts for s in p[1]])
+        body += _chunk_loop(program, tile, [ln.deps[0] for ln in reduces], [s for p in parts for s in p[1]])
         body += [s for p in parts for s in p[2]]
         known.update(ln.name for ln in reduces)
         known.update(online[ln.name].name for ln in reduces if ln.name in online)
         while (more := row_lines()):
             body += more
-        body += [_welford_variance(*welford[ln.name]) for ln in reduces if ln.name in welford]  # after the mean
+        body += [_welford_variance(*welford[ln.name], tile) for ln in reduces if ln.name in welford]  # after the mean
         known.update(welford[ln.name][0].name for ln in reduces if ln.name in welford)
         while (more := row_lines()):
             body += more
     if program.out_kind == "elem":
-        body += _chunk_loop(program, [program.output], [_store(program)])
+        body += _chunk_loop(program, tile, [program.output], [rows.store(program)])
     else:
-        body.append(_store(program))
-    return _kernel(program, "_kf_row_looped", body)
+        body.append(rows.store(program, tile.row_mask or "mask"))
+    return jit_source(name, tile.args(program), body)
 
 
 def _shifted(program: Program) -> dict[str, tuple[str, str, list[Line]]]:
@@ -297,15 +342,15 @@ def _partial(program: Program) -> str:
     shifted = _shifted(program)
     chains = {ln.name for _, _, chain in shifted.values() for ln in chain}
     chunk = {"start": "split * CHUNK", "stop": "tl.minimum(split * CHUNK + CHUNK, D)"}
-    body = [*_prologue(program), *rows.row_loads(program), "split = tl.program_id(1)"]
+    body = [*ROW.prologue(program), *rows.row_loads(program), "split = tl.program_id(1)"]
     for level in ([ln for ln in reduces if ln.name not in shifted], [ln for ln in reduces if ln.name in shifted]):
         if not level:
             continue
         if level[0].name in shifted:
             body += [rows.pointwise(program, ln) for ln in program.lines if ln.name in chains]
-        parts = [_accumulate(ln) for ln in level]
+        parts = [_accumulate(ln, ROW) for ln in level]
         body += [x for p in parts for x in p[0]]
-        body += _chunk_loop(program, [ln.deps[0] for ln in level], [x for p in parts for x in p[1]], **chunk)
+        body += _chunk_loop(program, ROW, [ln.deps[0] for ln in level], [x for p in parts for x in p[1]], **chunk)
         body += [x for p in parts for x in p[2]]
     body += [f"tl.store(part + ({j} * R + row) * SPLITS + split, {ln.name})" for j, ln in enumerate(reduces)]
     return jit_source("_kf_row_partial", rows.args(program, "part", "R", "CHUNK", "SPLITS"), body)
@@ -335,13 +380,9 @@ def _combine(program: Program) -> str:
                     "axis=0)")
     body += [rows.pointwise(program, ln) for ln in program.lines
              if ln.kind == "row" and not ln.reduce and ln.name not in known]
-    body.append(_store(program))
+    body.append(rows.store(program))
     return jit_source("_kf_row_combine", [*rows.args(program)[:-1], "part", "R", "SPLITS", "SPLITS_P2: tl.constexpr"],
                       body)
-
-
-def _kernel(program: Program, name: str, body: list[str]) -> str:
-    return jit_source(name, rows.args(program), body)
 
 
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:
@@ -361,17 +402,25 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
                                 f"{call}, part, rows, splits, SPLITS_P2=_kf_pow2(splits)"),
             "    return out",
         ]
+    wide = None
+    if "strided_rows" in params:
+        wide = ("_kf_rows_looped", f"z{program.operands[program.full].axes[-1]} >= {STRIDED_RUN}")
     return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
-                                                       "_kf_row_looped", PER_THREAD)
+                                                      "_kf_row_looped", PER_THREAD, wide)
 
 
 def render(plan: Plan, params: dict[str, Any]) -> str:
-    kernels = [_resident(plan.program), _looped(plan.program)]
+    program = plan.program
+    kernels = [_resident(program, ROW, "_kf_row_resident"), _looped(program, ROW, "_kf_row_looped")]
     if "min_tile" in params:
-        kernels.append(_rows(plan.program))
+        kernels.append(_resident(program, ROWS, "_kf_rows_resident"))
+    if "strided_rows" in params:
+        if not strided(program) or "min_tile" not in params:
+            raise TemplateMismatch("strided_rows needs min_tile and rows adjacent in memory (the innermost axis kept)")
+        kernels.append(_looped(program, ROWS, "_kf_rows_looped"))
     if "split_below" in params:
-        if not splittable(plan.program):
+        if not splittable(program):
             raise TemplateMismatch("split rows need a row output from first-level sum/max/min reductions and "
                                    "exp-shifted sums of the row")
-        kernels += [_partial(plan.program), _combine(plan.program)]
-    return module_source(plan.program, plan.reference, kernels, _forward(plan.program, params))
+        kernels += [_partial(program), _combine(program)]
+    return module_source(program, plan.reference, kernels, _forward(program, params))

@@ -42,6 +42,16 @@ def test_long_rows_move_the_looped_kernel_apart_and_a_joint_move_stays_in_bounds
     assert apply(Action(kind="reduce_dram_traffic"), widest) == [{**widest, "loop_block_d": 32768}]
 
 
+def test_a_finding_on_the_multi_row_looped_kernel_moves_its_tile_first():
+    """`_kf_rows_looped` ends like the one-row kernels' `_looped`: its own parameter, min_tile, comes first."""
+    strided = {"num_warps": 8, "max_block_d": 32768, "min_tile": 4096, "loop_block_d": 16384, "loop_warps": 16,
+               "strided_rows": 32}
+    aimed = apply(Action(kind="increase_ilp", params={"kernel": "_kf_rows_looped"}), strided)
+    assert aimed[0] == {**strided, "min_tile": 8192} and {**strided, "num_warps": 4} in aimed[1:]
+    aimed = apply(Action(kind="raise_occupancy", params={"limiter": "registers", "kernel": "_kf_row_looped"}), strided)
+    assert aimed[0] in ({**strided, "loop_block_d": 8192}, {**strided, "loop_warps": 32})
+
+
 def test_bounds_hold_and_inexpressible_actions_say_why():
     top = {"BLOCK": 16384, "num_warps": 16}
     assert apply(Action(kind="vectorize_access"), top) == [{"BLOCK": 16384, "num_warps": 8}]

@@ -15,7 +15,7 @@ from kernelflow.stages import generate
 from kernelflow.stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, VerifyRequest
 from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.problems.kernelbench import import_problem, load_problem
-from kernelflow.stages.templates import TEMPLATES
+from kernelflow.stages.templates import TEMPLATES, rowwise
 from kernelflow.stages.templates.lowering import lower, trace
 from kernelflow.stages.templates.program import TemplateMismatch
 from tests.families import WRITTEN
@@ -63,6 +63,8 @@ CASES = {
     "masked_softmax": ("torch.softmax(x.masked_fill(m, float('-inf')) / 0.7, dim=-1)", "pass", "x, m",
                        f"{X}, torch.rand(n, c, h, w) > 0.75", "rowwise"),
     "middle_dim_mean": ("x.mean(dim=1) * 2.0", "pass", "x", X, "rowwise"),
+    "channel_softmax": ("torch.softmax(x * 2.0, dim=1)", "pass", "x", X, "rowwise"),
+    "channel_argmax": ("torch.argmax(x, dim=1)", "pass", "x", X, "rowwise"),
     "two_dims_max": ("torch.amax(x, dim=(0, 2)) - 1.0", "pass", "x", X, "rowwise"),
     "batchnorm_eval": ("torch.relu(self.bn(x))", RUNNING, "x", X, "elementwise"),
     "batchnorm_train": ("torch.relu(self.bn(x))", "self.bn = nn.BatchNorm2d(c, track_running_stats=False)", "x", X,
@@ -125,6 +127,32 @@ def test_looped_rows_match_the_reference(name: str, tmp_path: Path) -> None:
                                                                            params=params)), path, tmp_path)
 
 
+@pytest.mark.parametrize("name", ["middle_dim_mean", "channel_softmax", "channel_argmax", "two_dims_max"])
+def test_wide_strided_rows_take_a_multi_row_tile(name: str, tmp_path: Path) -> None:
+    """Reductions over a middle dim (the innermost kept: rows adjacent in memory): rows of min_tile or more go to the
+    multi-row looped kernel, strided_rows a program in 2-column chunks (online softmax, argmax and sums carried per
+    lane, the last program's extra rows masked), where the innermost kept axis runs 16 or more at run time
+    (middle_dim_mean and the channel ops keep h x w = 63 and 30); two_dims_max keeps w = 9 or 6: one row a program."""
+    path = synthetic(tmp_path, name)
+    problem = load_problem(path)
+    family = TEMPLATES["rowwise"]
+    plan = family.match(problem, trace(problem, import_problem(path)))
+    assert rowwise.strided(plan.program) and family.variants(plan)[0]["strided_rows"] == rowwise.STRIDED_ROWS
+    params = {"num_warps": 4, "max_block_d": 8, "min_tile": 4, "strided_rows": 2}
+    source = family.render(plan, params)
+    assert "_kf_launch(_kf_rows_looped, (_kf_cdiv(rows, 2),), " in source and "BLOCK_D=2, " in source
+    assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="rowwise",
+                                                                       params=params)), path, tmp_path)
+
+
+def test_rows_of_the_last_dim_are_not_strided(tmp_path: Path) -> None:
+    problem = load_problem(path := synthetic(tmp_path, "groupnorm"))
+    plan = TEMPLATES["rowwise"].match(problem, trace(problem, import_problem(path)))
+    assert not rowwise.strided(plan.program) and not any("strided_rows" in v for v in TEMPLATES["rowwise"].variants(plan))
+    with pytest.raises(TemplateMismatch, match="innermost axis kept"):
+        TEMPLATES["rowwise"].render(plan, {"num_warps": 4, "max_block_d": 8, "min_tile": 4, "strided_rows": 2})
+
+
 @pytest.mark.parametrize(("forward", "reason"), sorted(DECLINED.items()))
 def test_what_is_not_lowered_is_named(forward: str, reason: str, tmp_path: Path) -> None:
     path = tmp_path / "declined.py"
@@ -145,7 +173,7 @@ def test_sizes_follow_the_inputs_not_the_trace(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["batchnorm_train", "groupnorm", "masked_softmax", "mish"])
+@pytest.mark.parametrize("name", ["batchnorm_train", "groupnorm", "masked_softmax", "mish", "channel_softmax", "channel_argmax"])
 def test_compiles_for_sm90_and_verifies(name: str, tmp_path: Path) -> None:
     path = synthetic(tmp_path, name)
     problem = load_problem(path)
