@@ -126,9 +126,14 @@ class Tile:
 ROW, ROWS = Tile("row"), Tile("rows")
 
 
+def _innermost(program: Program) -> int:
+    """The axis the full operand is contiguous along."""
+    return program.operands[program.full].axes[-1]
+
+
 def strided(program: Program) -> bool:
     """The full operand's innermost axis is kept: consecutive rows are adjacent in memory, a row's columns strided."""
-    return program.operands[program.full].axes[-1] not in program.reduced
+    return _innermost(program) not in program.reduced
 
 
 def _masked(line: Line) -> str:
@@ -404,7 +409,7 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
         ]
     wide = None
     if "strided_rows" in params:
-        wide = ("_kf_rows_looped", f"z{program.operands[program.full].axes[-1]} >= {STRIDED_RUN}")
+        wide = ("_kf_rows_looped", f"z{_innermost(program)} >= {STRIDED_RUN}")
     return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
                                                       "_kf_row_looped", PER_THREAD, wide)
 
