@@ -255,7 +255,13 @@ def rebuild(problem: Problem, data: dict) -> Candidate | None:
         return None
     family, params = data["best_origin"][0], json.loads(data["best_origin"][1])
     template = TEMPLATES[family]
-    source = template.render(template.match(problem, trace(problem, import_problem(problem.path))), params)
+    if getattr(template, "TARGETED", False):  # generated for the device (the inductor seed), as the proposer does
+        import torch
+
+        plan = template.match(problem, None, "cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        plan = template.match(problem, trace(problem, import_problem(problem.path)))
+    source = template.render(plan, params)
     cand = Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer=family, params=params))
     data["rebuilt_candidate_id"] = cand.id
     return cand

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelflow.stages.problems.kernelbench import load_problem
+from kernelflow.stages.templates import TEMPLATES
 from tests.flows.test_flow import ROOT, bench_script
 
 pytestmark = pytest.mark.slow  # end to end (pyproject.toml: the slow marker)
@@ -31,6 +32,18 @@ def test_a_rebuild_from_a_changed_template_is_recorded_beside_the_best(tmp_path:
                                           skip_done=False, max_minutes=5.0, workload=None))
     data = json.loads((tmp_path / "09_silu.json").read_text())
     assert data["best"] == "0" * 16 and data["rebuilt_candidate_id"] == current_09(bench)["best"]
+
+
+def test_a_rebuild_of_the_inductor_seed_generates_for_the_device():
+    """A family that generates for a device (the inductor seed) is rebuilt for this one, with the record's
+    parameters, as the proposer rendered it."""
+    bench = bench_script()
+    prob = load_problem(ROOT / "problems" / "33_softplus.py")
+    plan = TEMPLATES["inductor"].match(prob, None, "cpu")
+    params = TEMPLATES["inductor"].variants(plan)[1]
+    cand = bench.rebuild(prob, {"best_origin": ["inductor", json.dumps(params)]})
+    assert cand is not None and cand.source == TEMPLATES["inductor"].render(plan, params)
+    assert cand.origin.params == params
 
 
 def test_profile_only_then_rerefine_then_render(tmp_path: Path):
