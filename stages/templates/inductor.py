@@ -1,7 +1,8 @@
 """Family `inductor`: torch.compile's own code for the reference, as a self-contained candidate.
 
 Inductor lowers the problem's Model for the run's device with dynamic shapes, and again for each declared workload
-of the device with that workload's sizes alone, as torch.compile's default (dynamic=False) runs it there
+verify runs on the device (on cuda the CPU set's too: the symbolic code holds the module constants of the workload
+it was generated at) with that workload's sizes alone, as torch.compile's default (dynamic=False) runs it there
 (stages/templates/inductor_output.py, the one file that knows Inductor's output, run in a process of its own);
 this family writes what it read as a module: each generated kernel a plain @triton.jit function launched by
 `_kf_launch` on the grid Inductor would compute, the wrapper's allocations and views as torch calls, vendor
@@ -105,6 +106,12 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def verified_sets(device: Device, sizes: str) -> list[str]:
+    """The size sets verify runs candidates at on the device, each of which gets its own code: on cuda both (the
+    CPU set's small shapes too), on the CPU the generation's own."""
+    return ["gpu", "cpu"] if device == "cuda" else [sizes]
+
+
 def _generate(problem: Problem, device: Device, workload: Workload, knobs: dict[str, bool]) -> dict[str, Any]:
     """inductor_output.main in a process of its own: {"lowered": ...} or {"unreadable": reason}; a process that
     crashes or runs past LOWER_S gives the reason, {"transient": True} for the latter (not kept)."""
@@ -113,9 +120,10 @@ def _generate(problem: Problem, device: Device, workload: Workload, knobs: dict[
         path.write_text(problem.source)
         req, res = Path(tmp) / "req.json", Path(tmp) / "res.json"
         declared = {"gpu": [w.params for w in problem.gpu_workloads], "cpu": [w.params for w in problem.cpu_workloads]}
+        sizes = "gpu" if device == "cuda" or not problem.cpu_workloads else "cpu"
         req.write_text(json.dumps({"problem_path": str(path), "workload": workload.params, "device": device,
-                                   "knobs": knobs, "workloads": declared,
-                                   "sizes": "gpu" if device == "cuda" or not problem.cpu_workloads else "cpu"}))
+                                   "knobs": knobs, "workloads": declared, "sizes": sizes,
+                                   "verified": verified_sets(device, sizes)}))
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         try:
             parent = os.getpid()
@@ -188,9 +196,10 @@ def _codes(code: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _launch_params(code: dict[str, Any], index: int) -> dict[str, Any]:
-    """Each kernel's configuration number `index` (its last one where it has fewer)."""
+    """Each kernel's configuration number `index` (its last one where it has fewer), but a workload's code that is
+    verified and not timed (the CPU set's on cuda), whose kernels run with their first configuration."""
     params: dict[str, Any] = {}
-    for kernel in (k for c in _codes(code) for k in c["kernels"]):
+    for kernel in (k for c in _codes(code) if c.get("timed", True) for k in c["kernels"]):
         config = kernel["configs"][min(index, len(kernel["configs"]) - 1)]
         params.update({f"{kernel['name']}.{k}": v for k, v in config["kwargs"].items() if k in kernel["tunable"]})
         params.update({f"{kernel['name']}.num_warps": config["num_warps"],

@@ -35,13 +35,17 @@ generating both shapes with split reductions off). The held-out shape is the fir
 as verify takes the first at which it is usable; each one skipped is a note of the result (`notes`, written into
 the candidate's header), never a refusal, and where none is valid there is nothing to compare with, as verify then
 checks none.
-Then, for each declared workload of the request's set, Inductor's code for that workload's sizes alone
+Then, for each declared workload of the request's `verified` size sets (those verify runs on the device: on cuda
+both, the CPU set's small shapes too), Inductor's code for that workload's sizes alone
 (dynamic=False, torch.compile's default: index arithmetic over constants, tiling and reduction choices for those
 sizes, Inductor's own conv lowering with its layout choice where the symbolic code calls aten.convolution), read
 the same way with its kernels named after the workload, under `static`, each with the guard under which it runs: every tensor graph input's sizes (and strides where it is not made contiguous) and the value of
-every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there.
-On cuda, each such kernel's configurations start with the one Inductor's autotuner picks on this GPU, from one real
-run of torch.compile at that workload (otherwise they are Inductor's candidates in its own order, which the
+every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there. The
+symbolic code holds the module constants Dynamo specialized at the generating workload (a group count, a kernel
+size), so it is right only where they are the same: a declared workload of the other set may change them, hence
+its own code. A workload's code is `timed` where it is of the request's set (the shapes the benchmark times).
+On cuda, each timed kernel's configurations start with the one Inductor's autotuner picks on this GPU, from one
+real run of torch.compile at that workload (otherwise they are Inductor's candidates in its own order, which the
 autotuner times).
 The result is plain data (JSON): the candidate module is written from it by stages/templates/inductor.py.
 """
@@ -59,7 +63,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-FORMAT = 12  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 13  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -542,10 +546,13 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     if mine is not None:
         notes += _same_code_elsewhere(module, lowered, req, device, mine)
     mine_set = sets.get(req.get("sizes", "cpu"), [])
-    static, skipped = _specialized(module, mine_set, device, req["problem_path"])
+    verified = [w for k in req.get("verified", [req.get("sizes", "cpu")]) for w in sets.get(k, [])]
+    static, skipped = _specialized(module, verified, device, req["problem_path"])
+    for code in static:
+        code["timed"] = any(w.name == code["workload"] for w in mine_set)
     notes += skipped
     if device == "cuda":
-        notes += _autotuned(module, static, mine_set, req["problem_path"])
+        notes += _autotuned(module, [c for c in static if c["timed"]], mine_set, req["problem_path"])
     lowered["ops"] = sorted({*lowered["ops"], *(op for code in static for op in code["ops"])})
     lowered.update(static=static)
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,

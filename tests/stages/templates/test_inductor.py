@@ -172,6 +172,47 @@ def test_each_declared_workloads_sizes_run_code_for_them_and_other_sizes_the_sym
 
 
 @pytest.mark.slow
+def test_each_verified_workload_gets_code_of_its_own_and_only_timed_ones_are_tuned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On cuda verify runs the CPU set's small shapes too, where the symbolic code, generated at a GPU workload,
+    would hold that workload's module constants (here a group count): every verified workload gets code of its own,
+    and only the timed set's kernels are launch parameters. Simulated on the CPU with both sets verified."""
+    monkeypatch.setattr(inductor, "verified_sets", lambda device, sizes: [sizes, "gpu"])
+    monkeypatch.setattr(inductor, "_memo", {})
+    monkeypatch.setenv("KERNELFLOW_CACHE", str(tmp_path / "cache"))
+    prob = problem(tmp_path, "groupnorm", init_args="groups, chans", init_inputs="groups, chans",
+                   constants="groups, chans, h = 2, 8, 5", inputs="torch.randn(batch, chans, h)",
+                   init="self.norm = nn.GroupNorm(groups, chans)", forward="return torch.relu(self.norm(x))",
+                   cpu="dict(batch=2, groups=2, chans=8, h=5)", gpu="dict(batch=3, groups=4, chans=8, h=6)")
+    plan = FAMILY.match(prob, None, "cpu")
+    assert {c["workload"]: c["timed"] for c in plan.lowered["static"]} == {"cpu0": True, "gpu0": False}
+    params = FAMILY.variants(plan)[0]
+    tuned = {key.split(".")[0].rsplit("_", 1)[-1] for key in params if "." in key}
+    assert "cpu0" in tuned and "gpu0" not in tuned, sorted(params)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    model_new = load_model_class(candidate(prob, params), tmp_path / "load", "cpu")
+    namespace, ran = sys.modules[model_new.__module__].__dict__, []
+    launch_ = namespace["_kf_launch"]
+
+    def spy(kernel, grid, *args, **meta):
+        ran.append(kernel.fn.__name__)
+        return launch_(kernel, grid, *args, **meta)
+
+    monkeypatch.setitem(namespace, "_kf_launch", spy)
+    for w in (prob.cpu_workloads[0], prob.gpu_workloads[0]):
+        ran.clear()
+        init, shape = (w.params["groups"], w.params["chans"]), (w.params["batch"], w.params["chans"], w.params["h"])
+        new = model_new(*init).eval()
+        with torch.no_grad():
+            new.norm.weight.uniform_(0.5, 1.5)
+            new.norm.bias.uniform_(-0.5, 0.5)
+        x = torch.randn(shape)
+        expected = torch.relu(torch.nn.functional.group_norm(x, init[0], new.norm.weight, new.norm.bias))
+        torch.testing.assert_close(new(x), expected)
+        assert ran and all(name.endswith(f"_{w.name}") for name in ran), (w.name, ran)
+
+
+@pytest.mark.slow
 def test_a_number_forward_takes_is_part_of_the_guard(tmp_path: Path) -> None:
     """A number forward takes is held by the code for a workload's sizes: its guard compares it; one that is not
     finite (no comparison holds) leaves that workload to the symbolic code, with a note."""
@@ -354,7 +395,7 @@ def test_cuda_kinds_generate_for_the_gpu_and_verify(name: str, tmp_path: Path) -
 
 @cuda
 @pytest.mark.parametrize("stem", ["06_row_mean", "11_linear_bias_gelu", "13_conv2d_bias_relu_scale",
-                                  "18_scaled_bias_softmax"])
+                                  "18_scaled_bias_softmax", "24_conv2d_groupnorm_silu"])
 def test_cuda_problems_verify(stem: str, tmp_path: Path) -> None:
     prob = load_problem(ROOT / "problems" / f"{stem}.py")
     verified(prob, candidate(prob, FAMILY.variants(FAMILY.match(prob, None, "cuda"))[0], "cuda"),
