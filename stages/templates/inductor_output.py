@@ -548,8 +548,8 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     mine_set = sets.get(req.get("sizes", "cpu"), [])
     verified = [w for k in req.get("verified", [req.get("sizes", "cpu")]) for w in sets.get(k, [])]
     static, skipped = _specialized(module, verified, device, req["problem_path"])
-    for code in static:
-        code["timed"] = any(w.name == code["workload"] for w in mine_set)
+    for one in static:
+        one["timed"] = any(w.name == one["workload"] for w in mine_set)
     notes += skipped
     if device == "cuda":
         notes += _autotuned(module, [c for c in static if c["timed"]], mine_set, req["problem_path"])
