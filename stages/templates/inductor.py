@@ -2,13 +2,15 @@
 
 Inductor lowers the problem's Model for the run's device with dynamic shapes, and again for each declared workload
 verify runs on the device (on cuda the CPU set's too: the symbolic code holds the module constants of the workload
-it was generated at) with that workload's sizes alone, as torch.compile's default (dynamic=False) runs it there
+it was generated at) with that workload's sizes alone, as torch.compile's default (dynamic=False) runs it there,
+and with dynamic shapes again for each other module (init arguments) of those workloads whose code differs
 (stages/templates/inductor_output.py, the one file that knows Inductor's output, run in a process of its own);
 this family writes what it read as a module: each generated kernel a plain @triton.jit function launched by
 `_kf_launch` on the grid Inductor would compute, the wrapper's allocations and views as torch calls, vendor
 GEMM/conv calls as Inductor made them. forward runs a workload's own code where its guard holds (the inputs' sizes,
 read in a few comparisons), else the symbolic code, which runs at any size (verify's held-out shape checks it). No
-Dynamo, autotuner or torch._inductor import at run time. ModelNew subclasses the reference, so it takes
+Dynamo, autotuner or torch._inductor import at run time; a module whose init arguments (`_kf_arch`, kept by
+__init__) are those of such a module runs its symbolic code. ModelNew subclasses the reference, so it takes
 Model's init arguments and loads Model's state; forward reads the parameters and buffers from the module.
 
 Parameters:
@@ -54,7 +56,7 @@ from kernelflow.stages.contracts import Device, Policy, Problem, Workload
 from kernelflow.stages.harness.library_policy import forbidden, op_class
 from kernelflow.stages.lifetime import die_with_parent
 from kernelflow.stages.templates import interpreted_libdevice, launch
-from kernelflow.stages.templates.inductor_output import FORMAT, KNOBS
+from kernelflow.stages.templates.inductor_output import ARCH_SOURCE, FORMAT, KNOBS
 from kernelflow.stages.templates.program import TemplateMismatch
 from kernelflow.stages.templates.source import HEADER, reference_source
 
@@ -191,8 +193,9 @@ def match(problem: Problem, traced: Any, device: Device) -> Plan:
 
 
 def _codes(code: dict[str, Any]) -> list[dict[str, Any]]:
-    """The code for each declared workload's sizes alone, then the symbolic code (any other sizes)."""
-    return [*code.get("static", []), code]
+    """The code for each declared workload's sizes alone, the symbolic code for each other module (init arguments)
+    it differs for, then the symbolic code (any other sizes)."""
+    return [*code.get("static", []), *({**a, "timed": False} for a in code.get("architectures", [])), code]
 
 
 def _launch_params(code: dict[str, Any], index: int) -> dict[str, Any]:
@@ -294,9 +297,15 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
     for static in code.get("static", []):
         lines.append(f"if {' and '.join(static['guard'])}:  # {static['workload']}'s sizes")
         lines += ["    " + line for line in _branch(static, code["returns"], params)]
+    archs = code.get("architectures", [])
+    for arch in archs:
+        lines.append(f"if self._kf_arch == {arch['arch']!r}:  # {arch['workload']}'s module, any sizes")
+        lines += ["    " + line for line in _branch(arch, code["returns"], params)]
     lines += _branch(code, code["returns"], params)
     forward = "\n".join("        " + line for line in lines)
-    model_new = f"class ModelNew(_Reference):\n    def forward({_signature(plan.problem.source)}):\n{forward}\n"
+    init = ("    def __init__(self, *args, **kwargs):\n        super().__init__(*args, **kwargs)\n"
+            "        self._kf_arch = _kf_arch(_Reference.__init__, args, kwargs)\n\n") if archs else ""
+    model_new = f"class ModelNew(_Reference):\n{init}    def forward({_signature(plan.problem.source)}):\n{forward}\n"
     header = HEADER + f"import math\nimport {code['libdevice']} as libdevice\nimport {code['tl_math']} as tl_math\n" \
         "\naten = torch.ops.aten\n"
     interpreted = f"{interpreted_libdevice.SOURCE}\n\nif triton.knobs.runtime.interpret:  # CPU checks only\n" \
@@ -308,4 +317,6 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
     note += "".join(f"# {line}\n" for line in code.get("notes", []))  # held-out shapes skipped, and why
     kernels = [k["source"] for c in _codes(code) for k in c["kernels"]]
     helpers = dict.fromkeys(h for c in _codes(code) for h in [*c["helpers"], *c["externs"]])
+    if archs:
+        helpers[ARCH_SOURCE] = None
     return "\n\n".join([note + header, launch.SOURCE, interpreted, *helpers, *kernels, plan.reference, model_new])

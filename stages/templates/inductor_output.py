@@ -43,7 +43,9 @@ the same way with its kernels named after the workload, under `static`, each wit
 every number forward takes. A workload whose code cannot be had is a note, and the symbolic code runs there. The
 symbolic code holds the module constants Dynamo specialized at the generating workload (a group count, a kernel
 size), so it is right only where they are the same: a declared workload of the other set may change them, hence
-its own code. A workload's code is `timed` where it is of the request's set (the shapes the benchmark times).
+its own code, and (`architectures`) the symbolic code generated again for each such module where it differs,
+which forward picks by the module's init arguments. A workload's code is `timed` where it is of the request's set
+(the shapes the benchmark times).
 On cuda, each timed kernel's configurations start with the one Inductor's autotuner picks on this GPU, from one
 real run of torch.compile at that workload (otherwise they are Inductor's candidates in its own order, which the
 autotuner times).
@@ -63,7 +65,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-FORMAT = 13  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 14  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -103,6 +105,23 @@ def _forward_expr(source: str) -> str:
         if not ok:
             raise Unreadable(f"Dynamo reads a graph input from {source}, not an expression of forward's")
     return expr
+
+
+ARCH_SOURCE = '''def _kf_arch(init, args, kwargs):
+    """The module's init arguments, defaults filled in, as one string: which module (architecture) it is."""
+    import inspect
+    import json
+
+    bound = inspect.signature(init).bind(None, *args, **kwargs)
+    bound.apply_defaults()
+    return json.dumps(list(bound.arguments.values())[1:], default=repr)
+'''  # written into the candidate as is, and run here for the keys it compares with
+
+
+def arch_key(init: Any, args: list[Any]) -> str:
+    scope: dict[str, Any] = {}
+    exec(ARCH_SOURCE, scope)
+    return str(scope["_kf_arch"](init, args, {}))
 
 
 def _configure(device: str, knobs: dict[str, bool]) -> None:
@@ -541,20 +560,26 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
         notes += [n for n in skipped if n not in notes]
         if h is not None:
             held[k] = h
-    _fixed_sizes(module, lowered["asserted"], req["problem_path"], every + list(held.values()))
-    mine = held.get(req.get("sizes", "cpu"))
-    if mine is not None:
-        notes += _same_code_elsewhere(module, lowered, req, device, mine)
     mine_set = sets.get(req.get("sizes", "cpu"), [])
     verified = [w for k in req.get("verified", [req.get("sizes", "cpu")]) for w in sets.get(k, [])]
+    mine, skipped = _held_out_shape(module, verified, every, req["problem_path"])  # verify's, on this device
+    notes += [n for n in skipped if n not in notes]
+    _fixed_sizes(module, lowered["asserted"], req["problem_path"], every + list(held.values()) + [mine] * bool(mine))
+    archs, skipped = _architectures(module, lowered, init, verified, device, req["problem_path"])
+    notes += skipped
+    if mine is not None:  # the held-out shape runs its module's own symbolic code where it has one
+        key = arch_key(module.Model.__init__, workload_call(module, mine, "get_init_inputs", req["problem_path"]))
+        code_, here, suffix = next(((a, a["params"], f"_arch{i}") for i, a in enumerate(archs) if a["arch"] == key),
+                                   (lowered, req["workload"], ""))
+        notes += _same_code_elsewhere(module, code_, here, device, mine, req["problem_path"], suffix)
     static, skipped = _specialized(module, verified, device, req["problem_path"])
     for one in static:
         one["timed"] = any(w.name == one["workload"] for w in mine_set)
     notes += skipped
     if device == "cuda":
         notes += _autotuned(module, [c for c in static if c["timed"]], mine_set, req["problem_path"])
-    lowered["ops"] = sorted({*lowered["ops"], *(op for code in static for op in code["ops"])})
-    lowered.update(static=static)
+    lowered["ops"] = sorted({*lowered["ops"], *(op for code in static + archs for op in code["ops"])})
+    lowered.update(static=static, architectures=archs)
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
                    torch=torch.__version__, triton=triton.__version__, knobs=knobs, notes=notes)
     return lowered
@@ -599,6 +624,47 @@ def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> 
                              "other code for them: a constant of the module that differs between them is built in, "
                              "so no one code is right at both")
     return static, notes
+
+
+def _architectures(module: Any, symbolic: dict[str, Any], init: list[Any], workloads: list[Any], device: str,
+                   where: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """(the symbolic code again for each other module the workloads build (other init arguments) for which Inductor
+    writes other code: a constant Dynamo specialized at the generating workload, such as a group count, is built into
+    the symbolic code, which is then wrong for that module at any size, the held-out shape verify derives from that
+    workload included; a note per module whose code cannot be had). Each has its kernels named `_archN` and `arch`,
+    the key (ARCH_SOURCE) of the module's init arguments, under which forward runs it."""
+    from kernelflow.stages.problems.kernelbench import workload_call
+
+    seen = {arch_key(module.Model.__init__, init)}
+    archs: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for w in workloads:
+        key = arch_key(module.Model.__init__, workload_call(module, w, "get_init_inputs", where))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            model, inputs, _ = _model_at(module, w, device, where)
+            try:  # Dynamo holds an input size of 1 at 1: generated at 2 there, where the module takes it
+                captured = capture(model, _without_ones(inputs))
+            except Unreadable:
+                captured = capture(model, inputs)
+            if not _differ(symbolic, read(*captured)):
+                continue
+            archs.append({**read(*captured, suffix=f"_arch{len(archs)}"), "arch": key, "workload": w.name,
+                          "params": w.params})
+        except Exception as e:  # Unreadable, or the reference's own error at this workload
+            notes.append(f"no symbolic code for {w.name}'s module ({type(e).__name__}: {str(e)[:200]}): the "
+                         "symbolic code of the generating workload runs there")
+    return archs, notes
+
+
+def _without_ones(inputs: list[Any]) -> list[Any]:
+    """The inputs with every size of 1 made 2 (contiguous), the others as they are."""
+    import torch
+
+    return [torch.empty([max(d, 2) for d in x.shape], dtype=x.dtype, device=x.device)
+            if isinstance(x, torch.Tensor) and 1 in x.shape else x for x in inputs]
 
 
 def _autotuned(module: Any, static: list[dict[str, Any]], workloads: list[Any], where: str) -> list[str]:
@@ -737,10 +803,11 @@ def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, checks
 _SHAPE_FREE = ("kernels", "prologue", "body", "launches", "outputs", "externs", "helpers")
 
 
-def _code_at(module: Any, workload: Any, device: str, where: str) -> dict[str, Any]:
-    """Inductor's code (read) for the module built at `workload`, from a fresh Dynamo."""
+def _code_at(module: Any, workload: Any, device: str, where: str, suffix: str = "") -> dict[str, Any]:
+    """Inductor's code (read, its kernels named with `suffix`) for the module built at `workload`, from a fresh
+    Dynamo."""
     model, inputs, _ = _model_at(module, workload, device, where)
-    return read(*capture(model, inputs))
+    return read(*capture(model, inputs), suffix=suffix)
 
 
 def _model_at(module: Any, workload: Any, device: str, where: str) -> tuple[Any, list[Any], list[Any]]:
@@ -769,10 +836,10 @@ def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [k for k in _SHAPE_FREE if shape_free(a, k) != shape_free(b, k)]
 
 
-def _same_code_elsewhere(module: Any, lowered: dict[str, Any], req: dict[str, Any], device: str,
-                         other: Any) -> list[str]:
-    """Unreadable when Inductor writes other code at `other`, the held-out shape verify derives from this workload's
-    set, than here (launch configurations aside): a constant of the module (a group count, a width) or a size
+def _same_code_elsewhere(module: Any, lowered: dict[str, Any], here_params: dict[str, Any], device: str,
+                         other: Any, where: str, suffix: str = "") -> list[str]:
+    """Unreadable when Inductor writes other code at `other`, the held-out shape verify derives on this device, than
+    at `here_params`, where `lowered` was generated (launch configurations aside): a constant of the module (a group count, a width) or a size
     Dynamo specialized was built into the code, which would then run at this shape only. One difference is
     Inductor's own choice and no such constant: how many parts it splits a long reduction into, picked from the
     sizes it sees and written over the symbolic sizes (a ceil-divided part and a mask), so valid at any size. Where
@@ -783,18 +850,17 @@ def _same_code_elsewhere(module: Any, lowered: dict[str, Any], req: dict[str, An
     from kernelflow.stages.contracts import Workload
 
     try:
-        there = _code_at(module, other, device, req["problem_path"])
+        there = _code_at(module, other, device, where, suffix)
     except Unreadable as e:
         raise Unreadable(f"at the held-out shape {other.params}: {e}") from e
     differ = _differ(there, lowered)
     if not differ:
         return []
     if inductor.split_reductions:
-        here = Workload(name="inductor", params=req["workload"])
+        here = Workload(name="inductor", params=here_params)
         with inductor.patch(split_reductions=False):
             try:
-                unsplit = _differ(_code_at(module, here, device, req["problem_path"]),
-                                  _code_at(module, other, device, req["problem_path"]))
+                unsplit = _differ(_code_at(module, here, device, where), _code_at(module, other, device, where))
             except Unreadable:
                 unsplit = differ
         if not unsplit:
@@ -802,7 +868,7 @@ def _same_code_elsewhere(module: Any, lowered: dict[str, Any], req: dict[str, An
                     "its choice from the sizes it sees, over symbolic sizes); with split reductions off the code "
                     "is the same there"]
     raise Unreadable(f"Inductor writes other code ({', '.join(differ)}) at the held-out shape {other.params} than "
-                     f"at {req['workload']}: a constant of the workload is built in, it would run at one shape only")
+                     f"at {here_params}: a constant of the workload is built in, it would run at one shape only")
 
 
 def main(argv: list[str]) -> int:

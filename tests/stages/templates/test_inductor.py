@@ -213,6 +213,46 @@ def test_each_verified_workload_gets_code_of_its_own_and_only_timed_ones_are_tun
 
 
 @pytest.mark.slow
+def test_a_module_whose_code_differs_runs_symbolic_code_of_its_own(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dynamo holds a module constant (a group count) at the generating workload's value: a workload that builds
+    the module with another gets symbolic code of its own, which forward picks by the module's init arguments, so
+    it is right there at any size, and the rest runs the generating workload's. Here verify's held-out shape comes
+    from cpu1 (the smallest), at batch 2: the generating workload's symbolic code fails there, and cpu1's own code
+    was generated at batch 2 (Dynamo would hold its batch of 1)."""
+    prob = problem(tmp_path, "groups", init_args="groups, chans", init_inputs="groups, chans",
+                   constants="groups, chans, h = 2, 8, 5", inputs="torch.randn(batch, chans, h)",
+                   init="self.norm = nn.GroupNorm(groups, chans)", forward="return torch.relu(self.norm(x))",
+                   cpu="dict(batch=2, groups=2, chans=8, h=5), dict(batch=1, groups=4, chans=8, h=3)")
+    plan = FAMILY.match(prob, None, "cpu")
+    assert [a["workload"] for a in plan.lowered["architectures"]] == ["cpu1"], plan.lowered["notes"]
+    params = FAMILY.variants(plan)[0]
+    assert not any("_arch" in key for key in params)
+    cand = candidate(prob, params)
+    verified(prob, cand, tmp_path / "verify")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    model_new = load_model_class(cand, tmp_path / "load", "cpu")
+    namespace, ran = sys.modules[model_new.__module__].__dict__, []
+    launch_ = namespace["_kf_launch"]
+
+    def spy(kernel, grid, *args, **meta):
+        ran.append(kernel.fn.__name__)
+        return launch_(kernel, grid, *args, **meta)
+
+    monkeypatch.setitem(namespace, "_kf_launch", spy)
+    for groups, own in ((4, True), (2, False)):
+        ran.clear()
+        new = model_new(groups, 8).eval()
+        with torch.no_grad():
+            new.norm.weight.uniform_(0.5, 1.5)
+            new.norm.bias.uniform_(-0.5, 0.5)
+        x = torch.randn(3, 8, 7)  # no declared workload's sizes
+        expected = torch.relu(torch.nn.functional.group_norm(x, groups, new.norm.weight, new.norm.bias))
+        torch.testing.assert_close(new(x), expected)
+        assert ran and all(name.endswith("_arch0") == own for name in ran), (groups, ran)
+
+
+@pytest.mark.slow
 def test_a_number_forward_takes_is_part_of_the_guard(tmp_path: Path) -> None:
     """A number forward takes is held by the code for a workload's sizes: its guard compares it; one that is not
     finite (no comparison holds) leaves that workload to the symbolic code, with a note."""
