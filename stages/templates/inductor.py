@@ -195,7 +195,7 @@ def match(problem: Problem, traced: Any, device: Device) -> Plan:
 def _codes(code: dict[str, Any]) -> list[dict[str, Any]]:
     """The code for each declared workload's sizes alone, the symbolic code for each other module (init arguments)
     it differs for, then the symbolic code (any other sizes)."""
-    return [*code.get("static", []), *({**a, "timed": False} for a in code.get("architectures", [])), code]
+    return [*code.get("static", []), *code.get("architectures", []), code]
 
 
 def _launch_params(code: dict[str, Any], index: int) -> dict[str, Any]:

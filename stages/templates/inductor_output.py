@@ -65,7 +65,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-FORMAT = 14  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 15  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -564,7 +564,7 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     verified = [w for k in req.get("verified", [req.get("sizes", "cpu")]) for w in sets.get(k, [])]
     mine, skipped = _held_out_shape(module, verified, every, req["problem_path"])  # verify's, on this device
     notes += [n for n in skipped if n not in notes]
-    _fixed_sizes(module, lowered["asserted"], req["problem_path"], every + list(held.values()) + [mine] * bool(mine))
+    _fixed_sizes(module, lowered["asserted"], req["problem_path"], [*every, *held.values(), *([mine] if mine else [])])
     archs, skipped = _architectures(module, lowered, init, verified, device, req["problem_path"])
     notes += skipped
     if mine is not None:  # the held-out shape runs its module's own symbolic code where it has one
@@ -632,7 +632,7 @@ def _architectures(module: Any, symbolic: dict[str, Any], init: list[Any], workl
     writes other code: a constant Dynamo specialized at the generating workload, such as a group count, is built into
     the symbolic code, which is then wrong for that module at any size, the held-out shape verify derives from that
     workload included; a note per module whose code cannot be had). Each has its kernels named `_archN` and `arch`,
-    the key (ARCH_SOURCE) of the module's init arguments, under which forward runs it."""
+    the key (ARCH_SOURCE) of the module's init arguments, under which forward runs it; none is timed."""
     from kernelflow.stages.problems.kernelbench import workload_call
 
     seen = {arch_key(module.Model.__init__, init)}
@@ -652,7 +652,7 @@ def _architectures(module: Any, symbolic: dict[str, Any], init: list[Any], workl
             if not _differ(symbolic, read(*captured)):
                 continue
             archs.append({**read(*captured, suffix=f"_arch{len(archs)}"), "arch": key, "workload": w.name,
-                          "params": w.params})
+                          "params": w.params, "timed": False})
         except Exception as e:  # Unreadable, or the reference's own error at this workload
             notes.append(f"no symbolic code for {w.name}'s module ({type(e).__name__}: {str(e)[:200]}): the "
                          "symbolic code of the generating workload runs there")

@@ -95,6 +95,19 @@ def verified(prob: Problem, cand: Candidate, workdir: Path, device: str = "cpu")
     return log
 
 
+def launched(model_new: type, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the kernels the candidate's module launches from now on, in order (a list the caller clears)."""
+    namespace, ran = sys.modules[model_new.__module__].__dict__, []
+    launch_ = namespace["_kf_launch"]
+
+    def spy(kernel, grid, *args, **meta):
+        ran.append(kernel.fn.__name__)
+        return launch_(kernel, grid, *args, **meta)
+
+    monkeypatch.setitem(namespace, "_kf_launch", spy)
+    return ran
+
+
 def test_softplus_renders_a_self_contained_module_that_verifies(tmp_path: Path) -> None:
     prob = problem(tmp_path, "softplus", **KINDS["softplus"])
     plan = FAMILY.match(prob, None, "cpu")
@@ -154,14 +167,7 @@ def test_each_declared_workloads_sizes_run_code_for_them_and_other_sizes_the_sym
     params = FAMILY.variants(plan)[0]
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     model_new = load_model_class(candidate(prob, params), tmp_path / "load", "cpu")
-    namespace, ran = sys.modules[model_new.__module__].__dict__, []
-    launch_ = namespace["_kf_launch"]
-
-    def spy(kernel, grid, *args, **meta):
-        ran.append(kernel.fn.__name__)
-        return launch_(kernel, grid, *args, **meta)
-
-    monkeypatch.setitem(namespace, "_kf_launch", spy)
+    ran = launched(model_new, monkeypatch)
     for shape, kernels in (((3, 6, 5), [k["name"] for k in static[0]["kernels"]]),
                            ((2, 9, 16), [k["name"] for k in static[1]["kernels"]]),
                            ((4, 7, 3), [k["name"] for k in plan.lowered["kernels"]])):
@@ -191,14 +197,7 @@ def test_each_verified_workload_gets_code_of_its_own_and_only_timed_ones_are_tun
     assert "cpu0" in tuned and "gpu0" not in tuned, sorted(params)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     model_new = load_model_class(candidate(prob, params), tmp_path / "load", "cpu")
-    namespace, ran = sys.modules[model_new.__module__].__dict__, []
-    launch_ = namespace["_kf_launch"]
-
-    def spy(kernel, grid, *args, **meta):
-        ran.append(kernel.fn.__name__)
-        return launch_(kernel, grid, *args, **meta)
-
-    monkeypatch.setitem(namespace, "_kf_launch", spy)
+    ran = launched(model_new, monkeypatch)
     for w in (prob.cpu_workloads[0], prob.gpu_workloads[0]):
         ran.clear()
         init, shape = (w.params["groups"], w.params["chans"]), (w.params["batch"], w.params["chans"], w.params["h"])
@@ -232,14 +231,7 @@ def test_a_module_whose_code_differs_runs_symbolic_code_of_its_own(tmp_path: Pat
     verified(prob, cand, tmp_path / "verify")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     model_new = load_model_class(cand, tmp_path / "load", "cpu")
-    namespace, ran = sys.modules[model_new.__module__].__dict__, []
-    launch_ = namespace["_kf_launch"]
-
-    def spy(kernel, grid, *args, **meta):
-        ran.append(kernel.fn.__name__)
-        return launch_(kernel, grid, *args, **meta)
-
-    monkeypatch.setitem(namespace, "_kf_launch", spy)
+    ran = launched(model_new, monkeypatch)
     for groups, own in ((4, True), (2, False)):
         ran.clear()
         new = model_new(groups, 8).eval()
