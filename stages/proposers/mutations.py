@@ -4,8 +4,8 @@ template parameters, gives the parameter sets to try next; `explore` gives plain
 Rules are keyed on parameter names, not on families, so a family gets every move its parameters allow:
 - num_warps, num_stages: Triton's warps per program and software-pipelining depth;
 - BLOCK, BLOCK_M/N/K: tile sizes; max_block_d: the widest row kept in registers (rowwise); loop_block_d and
-  loop_warps: the chunk and warps of wider rows' looped kernel (rowwise); min_tile: elements per program for narrow
-  rows and wide strided ones (rowwise); GROUP_M: tile-order grouping for L2 reuse (matmul); split_p: the
+  loop_warps: the chunk and warps of wider rows' looped kernel (rowwise); min_tile and tile_warps: elements per
+  program for narrow rows and its warps, strided_block_d: the chunk of wide strided rows (rowwise); GROUP_M: tile-order grouping for L2 reuse (matmul); split_p: the
   probabilities as two half-precision operands (attention), the one precision move (raise_precision, after a verify
   mismatch);
 - a key `KERNEL.NAME` is parameter NAME of one kernel of a multi-kernel candidate (inductor: XBLOCK, YBLOCK, R0_BLOCK,
@@ -28,7 +28,7 @@ Params = dict[str, Any]
 BOUNDS: dict[str, tuple[int, int]] = {
     "num_warps": (1, 32), "num_stages": (1, 6), "BLOCK": (128, 16384), "BLOCK_M": (16, 256), "BLOCK_N": (16, 256),
     "BLOCK_K": (16, 128), "max_block_d": (1024, 32768), "min_tile": (1024, 16384), "GROUP_M": (1, 32),
-    "loop_block_d": (1024, 32768), "loop_warps": (1, 32),
+    "loop_block_d": (1024, 32768), "loop_warps": (1, 32), "tile_warps": (1, 32), "strided_block_d": (16, 1024),
     "XBLOCK": (1, 4096), "YBLOCK": (1, 1024), "ZBLOCK": (1, 64), "R0_BLOCK": (1, 4096),
 }
 
@@ -72,19 +72,22 @@ def _raise_occupancy(params: Params, action: Action) -> list[Params]:
         return _moves(params, ("num_warps", 2), ("BLOCK", 2), ("XBLOCK", 2))
     # registers (or unknown): the same tile over more warps holds fewer registers per thread, or a smaller tile
     return _moves(params, ("num_warps", 2), ("BLOCK_N", 0.5), ("BLOCK", 0.5), ("max_block_d", 0.5),
-                  ("loop_block_d", 0.5), ("loop_warps", 2), ("R0_BLOCK", 0.5), ("XBLOCK", 0.5))
+                  ("loop_block_d", 0.5), ("loop_warps", 2), ("tile_warps", 2), ("strided_block_d", 0.5),
+                  ("R0_BLOCK", 0.5), ("XBLOCK", 0.5))
 
 
 RULES: dict[str, Callable[[Params, Action], list[Params]]] = {
     "raise_occupancy": _raise_occupancy,
     "remove_spills": lambda p, a: _moves(p, ("num_warps", 2), ("BLOCK_N", 0.5), ("BLOCK_K", 0.5), ("BLOCK", 0.5),
                                          ("max_block_d", 0.5), ("loop_block_d", 0.5), ("loop_warps", 2),
-                                         ("R0_BLOCK", 0.5), ("XBLOCK", 0.5)),
+                                         ("tile_warps", 2), ("strided_block_d", 0.5), ("R0_BLOCK", 0.5),
+                                         ("XBLOCK", 0.5)),
     "hide_memory_latency": lambda p, a: _moves(p, ("num_stages", 2), ("num_warps", 2), ("min_tile", 2)),
     "more_parallelism": lambda p, a: _moves(p, ("BLOCK_M", 0.5), ("BLOCK_N", 0.5), ("BLOCK", 0.5), ("min_tile", 0.5),
                                             ("XBLOCK", 0.5), ("YBLOCK", 0.5)),
     "increase_ilp": lambda p, a: _moves(p, ("BLOCK", 2), ("XBLOCK", 2), ("num_warps", 0.5), ("BLOCK_N", 2),
-                                        ("min_tile", 2), ("R0_BLOCK", 2)),
+                                        ("min_tile", 2), ("tile_warps", 0.5), ("strided_block_d", 2),
+                                        ("R0_BLOCK", 2)),
     "vectorize_access": lambda p, a: _moves(p, ("BLOCK", 2), ("XBLOCK", 2), ("num_warps", 0.5)),
     "reduce_dram_traffic": lambda p, a: _moves(p, ("max_block_d", 2), ("loop_block_d", 2), ("GROUP_M", 2),
                                                ("BLOCK_M", 2), ("BLOCK_N", 2), ("R0_BLOCK", 2)),

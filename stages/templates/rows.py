@@ -40,18 +40,22 @@ def columns(program: Program, axes: tuple[int, ...]) -> str:
 
 
 def pointwise(program: Program, line: Line, row_mask: str | None = None) -> str:
-    """A line of a row kernel: a row load reads once per row (masked by `row_mask` in a multi-row tile)."""
+    """A line of a row kernel: a row load reads once per row (masked by `row_mask` in a multi-row tile); in a
+    multi-row tile, an operand that spans no kept axis (a per-channel weight of a norm over channels) is loaded
+    once per column ([1, BLOCK_D], masked by `col_mask`), not once per element of the tile."""
     if line.load is None:
         return line_source(line)
+    axes = program.operands[line.load].axes
     if line.kind == "row":
         masked = f", mask={row_mask}, other=0.0" if row_mask else ""
         return f"{line.name} = tl.load(p{line.load} + o{line.load}{masked}).to(tl.float32)"
-    return line_source(line, f"o{line.load} + {columns(program, program.operands[line.load].axes)}")
+    per_column = row_mask is not None and not set(axes) & set(index.kept(program))
+    return line_source(line, f"o{line.load} + {columns(program, axes)}", "col_mask" if per_column else "mask")
 
 
-def row_loads(program: Program) -> list[str]:
+def row_loads(program: Program, row_mask: str | None = None) -> list[str]:
     """The row loads, for a kernel whose chunk loops read them before any reduction is known."""
-    return [pointwise(program, line) for line in program.lines if line.kind == "row" and line.load is not None]
+    return [pointwise(program, line, row_mask) for line in program.lines if line.kind == "row" and line.load is not None]
 
 
 def store(program: Program, mask: str | None = "mask") -> str:
@@ -76,10 +80,11 @@ def head(program: Program) -> list[str]:
             f"rows = {count}", "block_d = _kf_pow2(D)"]
 
 
-# A kernel's own launch parameters, by the ending of its name, the first ending that fits (`_kf_rows_looped`, then
-# `_kf_row_looped`, `_kf_scan_looped`): a profiler finding on that kernel moves these first
-# (stages/proposers/mutations.py).
-KERNEL_PARAMS = {"_rows_looped": ("min_tile",), "_looped": ("loop_block_d", "loop_warps")}
+# A kernel's own launch parameters, by the ending of its name, the first ending that fits (`_kf_rows_resident`,
+# `_kf_rows_looped`, `_kf_rows_partial`, then `_kf_row_looped`, `_kf_scan_looped`): a profiler finding on that
+# kernel moves these first (stages/proposers/mutations.py).
+KERNEL_PARAMS = {"_rows_resident": ("min_tile", "tile_warps"), "_rows_looped": ("strided_block_d", "min_tile"),
+                 "_rows_partial": ("strided_block_d",), "_looped": ("loop_block_d", "loop_warps")}
 
 
 def resident_warps(block_d: str, warps: int, per_thread: int | None) -> str:
@@ -90,12 +95,29 @@ def resident_warps(block_d: str, warps: int, per_thread: int | None) -> str:
     return f"max({fit}, min(32, {block_d} // {32 * per_thread}))" if per_thread else fit
 
 
+def tile_warps(params: dict[str, Any]) -> str:
+    """The multi-row resident kernel's warps: tile_warps, else num_warps up to one warp per 256 elements of the
+    tile."""
+    if "tile_warps" in params:
+        return str(params["tile_warps"])
+    return f"max(1, min({params['num_warps']}, {params['min_tile']} // 256))"
+
+
+def strided_tile(params: dict[str, Any]) -> tuple[int, int, str]:
+    """The wide strided rows' kernel: (rows a program, columns a chunk, warps): strided_rows rows in chunks of
+    strided_block_d columns (default min_tile // strided_rows), on num_warps up to one warp per 256 elements of
+    the chunk."""
+    per = params["strided_rows"]
+    chunk = params.get("strided_block_d", params["min_tile"] // per)
+    return per, chunk, f"max(1, min({params['num_warps']}, {per * chunk} // 256))"
+
+
 def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str, looped: str,
              per_thread: int | None = None, wide: tuple[str, str] | None = None) -> list[str]:
     """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one (on
     `resident_warps`), the rest to the looped one, in chunks of loop_block_d on loop_warps warps (default:
     max_block_d and num_warps). `wide`: (a multi-row looped kernel, a condition) for the rows min_tile does not
-    take, where the condition holds: strided_rows rows a program, in chunks of min_tile // strided_rows."""
+    take, where the condition holds: `strided_tile`. The multi-row resident kernel runs on `tile_warps`."""
     cap, warps, call = params["max_block_d"], params["num_warps"], launch_args(program)
     chunk, chunk_warps = params.get("loop_block_d", cap), params.get("loop_warps", warps)
     lines = []
@@ -104,13 +126,13 @@ def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str
         lines = [f"if block_d < {tile}:",
                  f"    per = {tile} // block_d",
                  "    " + launch.call(tiled, "(_kf_cdiv(rows, per),)", f"{call}, rows, ROWS=per, BLOCK_D=block_d, "
-                                     f"num_warps=max(1, min({warps}, {tile} // 256))"),
+                                     f"num_warps={tile_warps(params)}"),
                  "    return out"]
         if wide is not None:
-            per = params["strided_rows"]
+            per, chunk, chunk_warps = strided_tile(params)
             lines += [f"if {wide[1]}:",
                       "    " + launch.call(wide[0], f"(_kf_cdiv(rows, {per}),)", f"{call}, rows, ROWS={per}, "
-                                          f"BLOCK_D={tile // per}, num_warps=max(1, min({warps}, {tile} // 256))"),
+                                          f"BLOCK_D={chunk}, num_warps={chunk_warps}"),
                       "    return out"]
     return lines + [
         f"if block_d <= {cap}:",

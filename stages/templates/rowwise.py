@@ -19,9 +19,13 @@ shifted sum about its chunk's own shift, in a second pass over the chunk), `comb
 With `strided_rows`, in a program whose innermost axis is kept (a reduction over a middle dim, a norm over
 channels: a row's columns strided, consecutive rows adjacent in memory), rows of min_tile or more adjacent in runs
 of STRIDED_RUN or more go to `rows_looped`: strided_rows rows a program as one 2-D tile, walked in chunks of
-min_tile // strided_rows columns (Tile). One program per such row reads one element of each sector it fetches.
+strided_block_d columns (default min_tile // strided_rows; Tile). One program per such row reads one element of
+each sector it fetches. Where a splittable program's wide strided rows make fewer than STRIDED_SPLIT_BELOW such
+programs, `rows_partial` reduces column chunks of each tile into the partials `combine` reduces.
+In a multi-row tile an operand that spans no kept axis (a norm's per-channel weight) is loaded once per column.
 Parameters: num_warps (at most; narrow rows use fewer), max_block_d, and optionally loop_block_d and loop_warps
-(the looped kernel's chunk and warps; default max_block_d and num_warps), min_tile, split_below and strided_rows.
+(the looped kernel's chunk and warps; default max_block_d and num_warps), min_tile and tile_warps (the multi-row
+resident kernel's warps), split_below, strided_rows and strided_block_d.
 """
 
 from __future__ import annotations
@@ -50,8 +54,15 @@ MIN_TILES = (4096,)
 # SPLIT_PROGRAMS programs run (with one program per row, rows fewer than the SMs leave the rest idle: docs/LOG.md).
 SPLIT_BELOW, SPLIT_PROGRAMS = 256, 1024
 # Wide strided rows: STRIDED_ROWS rows a program (32 float32 rows are a 128-byte line of each column), where the
-# innermost axis is at least STRIDED_RUN long (shorter runs: rows one program each, as elsewhere).
-STRIDED_ROWS, STRIDED_RUN = 32, 16
+# innermost axis is at least STRIDED_RUN long (shorter runs: rows one program each, as elsewhere), in chunks of
+# STRIDED_BLOCK_D columns.
+STRIDED_ROWS, STRIDED_RUN, STRIDED_BLOCK_D = 32, 16, 128
+# Narrow strided rows (a norm over channels, a middle dim of 64): tiles of STRIDED_TILE elements on STRIDED_WARPS
+# warps first (measured on the H200 against 4096 on 8 warps: docs/LOG.md).
+STRIDED_TILE, STRIDED_WARPS = 8192, 4
+# Wide strided rows of a splittable program that make fewer than STRIDED_SPLIT_BELOW such programs are cut into
+# column chunks so that about STRIDED_SPLIT_PROGRAMS run.
+STRIDED_SPLIT_BELOW, STRIDED_SPLIT_PROGRAMS = 1024, 2048
 
 _MASKED = {"sum": "0.0", "max": 'float("-inf")', "min": 'float("inf")', "argmax": 'float("-inf")'}
 _COMBINE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min", "argmax": "tl.argmax"}
@@ -69,14 +80,17 @@ def match(problem: Problem, traced: Traced) -> Plan:
 def variants(plan: Plan) -> list[dict[str, Any]]:
     """Multi-row tiles first (they change nothing for rows of min_tile or more), then one row per program. Rows
     wider than max_block_d loop in chunks of LOOP_BLOCK_D (at most max_block_d) on LOOP_WARPS warps. Where rows are
-    strided (`strided`), the multi-row tiles take wide rows too (strided_rows)."""
+    strided (`strided`), the multi-row tiles take wide rows too (strided_rows), and a tile of STRIDED_TILE on
+    STRIDED_WARPS comes first."""
     split = {"split_below": SPLIT_BELOW} if splittable(plan.program) else {}
     tiled = [{"num_warps": warps, "max_block_d": MAX_BLOCKS[0], "min_tile": tile, **split} for tile in MIN_TILES
              for warps in WARPS[:2]]
     plain = [{"num_warps": warps, "max_block_d": block} for block in MAX_BLOCKS for warps in WARPS]
     out = [{**p, "loop_block_d": min(LOOP_BLOCK_D, p["max_block_d"]), "loop_warps": LOOP_WARPS} for p in tiled + plain]
     if strided(plan.program):
-        out = [{**p, "strided_rows": STRIDED_ROWS} if "min_tile" in p else p for p in out]
+        wide = {"strided_rows": STRIDED_ROWS, "strided_block_d": STRIDED_BLOCK_D}
+        first = {**out[0], "min_tile": STRIDED_TILE, "tile_warps": STRIDED_WARPS}
+        out = [{**p, **wide} if "min_tile" in p else p for p in [first, *out]]
     return out
 
 
@@ -110,8 +124,11 @@ class Tile:
         lanes = "tl.arange(0, BLOCK_D)" + ("" if self.kind == "row" else "[None, :]")
         return f"{start} + {lanes}" if start else lanes
 
-    def mask(self, stop: str = "D") -> str:
-        return f"cols < {stop}" if self.kind == "row" else f"row_mask & (cols < {stop})"
+    def masks(self, stop: str = "D") -> list[str]:
+        """A chunk's masks: `mask` over the tile, and in a multi-row tile `col_mask` over its columns alone."""
+        if self.kind == "row":
+            return [f"mask = cols < {stop}"]
+        return [f"col_mask = cols < {stop}", "mask = row_mask & col_mask"]
 
     def prologue(self, program: Program) -> list[str]:
         if self.kind == "row":
@@ -142,7 +159,7 @@ def _masked(line: Line) -> str:
 
 def _resident(program: Program, tile: Tile, name: str) -> str:
     """The whole row (a tile's rows) in registers: every line once, reductions over the columns."""
-    body = [*tile.prologue(program), f"cols = {tile.lanes()}", f"mask = {tile.mask()}"]
+    body = [*tile.prologue(program), f"cols = {tile.lanes()}", *tile.masks()]
     for line in program.lines:
         if line.reduce:
             body.append(f"{line.name} = {_COMBINE[line.reduce]}({_masked(line)}, {tile.axis})")
@@ -163,8 +180,9 @@ def _levels(program: Program) -> dict[str, int]:
 
 def _chunk_loop(program: Program, tile: Tile, roots: list[str], updates: list[str], start: str = "0",
                 stop: str = "D") -> list[str]:
-    inner = [f"cols = {tile.lanes('start')}", f"mask = {tile.mask(stop)}"]
-    inner += [rows.pointwise(program, line) for line in program.closure(roots)] + updates + ["start += BLOCK_D"]
+    inner = [f"cols = {tile.lanes('start')}", *tile.masks(stop)]
+    inner += [rows.pointwise(program, line, tile.row_mask) for line in program.closure(roots)]
+    inner += [*updates, "start += BLOCK_D"]
     return [f"start = {start}", f"while start < {stop}:", *("    " + line for line in inner)]
 
 
@@ -340,25 +358,28 @@ def splittable(program: Program) -> bool:
         (levels[ln.name] == 1 and ln.reduce != "argmax") or ln.name in shifted for ln in program.lines if ln.reduce)
 
 
-def _partial(program: Program) -> str:
-    """Split rows, stage 1: program (row, split) reduces columns [split * CHUNK, +CHUNK) into part[j, row, split]: the
-    first-level reductions in one pass, then the exp-shifted sums in another, about shifts from the chunk's own max."""
+def _partial(program: Program, tile: Tile) -> str:
+    """Split rows, stage 1: program (row, split) (a tile's rows: (row block, split)) reduces columns
+    [split * CHUNK, +CHUNK) into part[j, row, split]: the first-level reductions in one pass, then the exp-shifted
+    sums in another, about shifts from the chunk's own max."""
     reduces = [ln for ln in program.lines if ln.reduce]
     shifted = _shifted(program)
     chains = {ln.name for _, _, chain in shifted.values() for ln in chain}
     chunk = {"start": "split * CHUNK", "stop": "tl.minimum(split * CHUNK + CHUNK, D)"}
-    body = [*ROW.prologue(program), *rows.row_loads(program), "split = tl.program_id(1)"]
+    body = [*tile.prologue(program), *rows.row_loads(program, tile.row_mask), "split = tl.program_id(1)"]
     for level in ([ln for ln in reduces if ln.name not in shifted], [ln for ln in reduces if ln.name in shifted]):
         if not level:
             continue
         if level[0].name in shifted:
             body += [rows.pointwise(program, ln) for ln in program.lines if ln.name in chains]
-        parts = [_accumulate(ln, ROW) for ln in level]
+        parts = [_accumulate(ln, tile) for ln in level]
         body += [x for p in parts for x in p[0]]
-        body += _chunk_loop(program, ROW, [ln.deps[0] for ln in level], [x for p in parts for x in p[1]], **chunk)
+        body += _chunk_loop(program, tile, [ln.deps[0] for ln in level], [x for p in parts for x in p[1]], **chunk)
         body += [x for p in parts for x in p[2]]
-    body += [f"tl.store(part + ({j} * R + row) * SPLITS + split, {ln.name})" for j, ln in enumerate(reduces)]
-    return jit_source("_kf_row_partial", rows.args(program, "part", "R", "CHUNK", "SPLITS"), body)
+    row, masked = ("row", "") if tile.kind == "row" else ("rows", ", mask=row_mask")
+    body += [f"tl.store(part + ({j} * R + {row}) * SPLITS + split, {ln.name}{masked})" for j, ln in enumerate(reduces)]
+    extra = ["part", "R", "CHUNK", "SPLITS"] + ([] if tile.kind == "row" else ["ROWS: tl.constexpr"])
+    return jit_source(f"_kf_{tile.kind}_partial", rows.args(program, *extra), body)
 
 
 def _combine(program: Program) -> str:
@@ -390,6 +411,27 @@ def _combine(program: Program) -> str:
                       body)
 
 
+def _strided_split(program: Program, params: dict[str, Any], run: str) -> list[str]:
+    """Wide strided rows too few for STRIDED_SPLIT_BELOW programs of strided_rows rows, of a splittable program:
+    `_kf_rows_partial` on (row block, split), each split min_tile // strided_rows columns or a multiple, so that
+    about STRIDED_SPLIT_PROGRAMS programs run, then `_kf_row_combine`."""
+    if "split_below" not in params:
+        return []
+    (per, chunk, warps), tile, call = rows.strided_tile(params), params["min_tile"], rows.launch_args(program)
+    n_reduce = sum(1 for ln in program.lines if ln.reduce)
+    return [
+        f"if block_d >= {tile} and {run} and _kf_cdiv(rows, {per}) < {STRIDED_SPLIT_BELOW} and D > {chunk}:",
+        f"    splits = min(_kf_cdiv(D, {chunk}), max(1, {STRIDED_SPLIT_PROGRAMS} // _kf_cdiv(rows, {per})))",
+        f"    chunk = _kf_cdiv(_kf_cdiv(D, splits), {chunk}) * {chunk}",
+        "    splits = _kf_cdiv(D, chunk)",
+        f"    part = p{program.full}.new_empty(({n_reduce}, rows, splits), dtype=torch.float32)",
+        "    " + launch.call("_kf_rows_partial", f"(_kf_cdiv(rows, {per}), splits)",
+                            f"{call}, part, rows, chunk, splits, ROWS={per}, BLOCK_D={chunk}, num_warps={warps}"),
+        "    " + launch.call("_kf_row_combine", "(rows,)", f"{call}, part, rows, splits, SPLITS_P2=_kf_pow2(splits)"),
+        "    return out",
+    ]
+
+
 def _forward(program: Program, params: dict[str, Any]) -> list[str]:
     split = []
     if "split_below" in params:
@@ -410,6 +452,7 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
     wide = None
     if "strided_rows" in params:
         wide = ("_kf_rows_looped", f"z{_innermost(program)} >= {STRIDED_RUN}")
+        split = _strided_split(program, params, wide[1]) + split
     return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
                                                       "_kf_row_looped", PER_THREAD, wide)
 
@@ -427,5 +470,7 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
         if not splittable(program):
             raise TemplateMismatch("split rows need a row output from first-level sum/max/min reductions and "
                                    "exp-shifted sums of the row")
-        kernels += [_partial(program), _combine(program)]
+        kernels += [_partial(program, ROW), _combine(program)]
+        if "strided_rows" in params:
+            kernels.append(_partial(program, ROWS))
     return module_source(program, plan.reference, kernels, _forward(program, params))

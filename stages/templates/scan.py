@@ -88,7 +88,8 @@ def _looped(program: Program) -> str:
 def _rows(program: Program) -> str:
     """ROWS rows per program as a [ROWS, BLOCK_D] tile scanned along axis 1; rows past R are masked."""
     body = ["rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)[:, None]", *rows.offsets(program, "rows"),
-            "cols = tl.arange(0, BLOCK_D)[None, :]", "row_mask = rows < R", "mask = row_mask & (cols < D)"]
+            "cols = tl.arange(0, BLOCK_D)[None, :]", "row_mask = rows < R", "col_mask = cols < D",
+            "mask = row_mask & col_mask"]
     body += [s for line in program.lines for s in _line(program, line, 1, carried=False, row_mask="row_mask")]
     body.append(rows.store(program))
     return jit_source("_kf_scan_rows", rows.args(program, "R", "ROWS: tl.constexpr"), body)

@@ -50,6 +50,11 @@ def test_a_finding_on_the_multi_row_looped_kernel_moves_its_tile_first():
     assert aimed[0] == {**strided, "min_tile": 8192} and {**strided, "num_warps": 4} in aimed[1:]
     aimed = apply(Action(kind="raise_occupancy", params={"limiter": "registers", "kernel": "_kf_row_looped"}), strided)
     assert aimed[0] in ({**strided, "loop_block_d": 8192}, {**strided, "loop_warps": 32})
+    tiled = {**strided, "min_tile": 8192, "tile_warps": 4, "strided_block_d": 128}
+    aimed = apply(Action(kind="increase_ilp", params={"kernel": "_kf_rows_looped"}), tiled)
+    assert aimed[:2] == [{**tiled, "min_tile": 16384}, {**tiled, "strided_block_d": 256}]
+    aimed = apply(Action(kind="remove_spills", params={"kernel": "_kf_rows_resident"}), tiled)
+    assert aimed[0] == {**tiled, "tile_warps": 8} and {**tiled, "strided_block_d": 64} in aimed[1:]
 
 
 def test_bounds_hold_and_inexpressible_actions_say_why():

@@ -19,7 +19,7 @@ from kernelflow.stages.templates import TEMPLATES, rowwise
 from kernelflow.stages.templates.lowering import lower, trace
 from kernelflow.stages.templates.program import TemplateMismatch
 from tests.families import WRITTEN
-from tests.stages.proposers.test_proposer_builtin import assert_matches
+from tests.stages.proposers.test_proposer_builtin import PROBLEMS, assert_matches
 
 PROBLEM = '''
 import torch
@@ -143,6 +143,32 @@ def test_wide_strided_rows_take_a_multi_row_tile(name: str, tmp_path: Path) -> N
     assert "_kf_launch(_kf_rows_looped, (_kf_cdiv(rows, 2),), " in source and "BLOCK_D=2, " in source
     assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="rowwise",
                                                                        params=params)), path, tmp_path)
+
+
+def test_few_wide_strided_rows_split_their_columns(tmp_path: Path) -> None:
+    """A middle-dim mean whose wide strided rows make too few programs (63 and 45 of 2 rows; c = 4 and 8 columns in
+    chunks of 1): the partial kernel reduces each tile's column chunks, the combine kernel each row's partials."""
+    path = synthetic(tmp_path, "middle_dim_mean")
+    problem = load_problem(path)
+    family = TEMPLATES["rowwise"]
+    plan = family.match(problem, trace(problem, import_problem(path)))
+    params = {"num_warps": 4, "max_block_d": 8, "min_tile": 2, "strided_rows": 2, "strided_block_d": 1,
+              "split_below": 256}
+    source = family.render(plan, params)
+    assert "_kf_launch(_kf_rows_partial, (_kf_cdiv(rows, 2), splits), " in source and "BLOCK_D=1, " in source
+    assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="rowwise",
+                                                                       params=params)), path, tmp_path)
+
+
+def test_a_per_channel_operand_is_loaded_once_per_column_of_a_tile() -> None:
+    """29_channel_layernorm's multi-row tile (pixels x channels) loads its weight and bias as [1, BLOCK_D]."""
+    path = next(p for p in PROBLEMS if p.stem == "29_channel_layernorm")
+    problem = load_problem(path)
+    plan = TEMPLATES["rowwise"].match(problem, trace(problem, import_problem(path)))
+    params = TEMPLATES["rowwise"].variants(plan)[0]
+    assert params["tile_warps"] == rowwise.STRIDED_WARPS and params["min_tile"] == rowwise.STRIDED_TILE
+    tiled = TEMPLATES["rowwise"].render(plan, params).split("def _kf_rows_resident")[1].split("@triton.jit")[0]
+    assert tiled.count("mask=col_mask") == 2 and tiled.count("mask=mask") == 2, tiled  # x's load and the store
 
 
 def test_rows_of_the_last_dim_are_not_strided(tmp_path: Path) -> None:
