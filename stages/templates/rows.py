@@ -116,23 +116,24 @@ def dispatch(program: Program, params: dict[str, Any], tiled: str, resident: str
              per_thread: int | None = None, wide: tuple[str, str] | None = None) -> list[str]:
     """Narrow rows (with min_tile) to the multi-row kernel, rows up to max_block_d to the resident one (on
     `resident_warps`), the rest to the looped one, in chunks of loop_block_d on loop_warps warps (default:
-    max_block_d and num_warps). `wide`: (a multi-row looped kernel, a condition) for the rows min_tile does not
-    take, where the condition holds: `strided_tile`. The multi-row resident kernel runs on `tile_warps`."""
+    max_block_d and num_warps). `wide`: (a multi-row looped kernel, a condition) for the rows where the condition
+    holds, in the tile `strided_tile`, before min_tile's. The multi-row resident kernel runs on `tile_warps`."""
     cap, warps, call = params["max_block_d"], params["num_warps"], launch_args(program)
     chunk, chunk_warps = params.get("loop_block_d", cap), params.get("loop_warps", warps)
     lines = []
     if "min_tile" in params:
         tile = params["min_tile"]
-        lines = [f"if block_d < {tile}:",
+        narrow = f"block_d < {tile}" + (f" and not {wide[1]}" if wide is not None else "")
+        lines = [f"if {narrow}:",
                  f"    per = {tile} // block_d",
                  "    " + launch.call(tiled, "(_kf_cdiv(rows, per),)", f"{call}, rows, ROWS=per, BLOCK_D=block_d, "
                                      f"num_warps={tile_warps(params)}"),
                  "    return out"]
         if wide is not None:
-            per, chunk, chunk_warps = strided_tile(params)
+            per, columns, wide_warps = strided_tile(params)
             lines += [f"if {wide[1]}:",
                       "    " + launch.call(wide[0], f"(_kf_cdiv(rows, {per}),)", f"{call}, rows, ROWS={per}, "
-                                          f"BLOCK_D={chunk}, num_warps={chunk_warps}"),
+                                          f"BLOCK_D={columns}, num_warps={wide_warps}"),
                       "    return out"]
     return lines + [
         f"if block_d <= {cap}:",

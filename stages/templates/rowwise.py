@@ -17,8 +17,9 @@ max, as logsumexp's) run in two stages: `partial` reduces column chunks of each 
 shifted sum about its chunk's own shift, in a second pass over the chunk), `combine` reduces each row's partials
 (a shifted sum's rescaled to the row's shift) and stores.
 With `strided_rows`, in a program whose innermost axis is kept (a reduction over a middle dim, a norm over
-channels: a row's columns strided, consecutive rows adjacent in memory), rows of min_tile or more adjacent in runs
-of STRIDED_RUN or more go to `rows_looped`: strided_rows rows a program as one 2-D tile, walked in chunks of
+channels: a row's columns strided, consecutive rows adjacent in memory), rows wider than min_tile //
+STRIDED_MIN_ROWS adjacent in runs of STRIDED_RUN or more go to `rows_looped`: strided_rows rows a program as one
+2-D tile, walked in chunks of
 strided_block_d columns (default min_tile // strided_rows; Tile). One program per such row reads one element of
 each sector it fetches. Where a splittable program's wide strided rows make fewer than STRIDED_SPLIT_BELOW such
 programs, `rows_partial` reduces column chunks of each tile into the partials `combine` reduces.
@@ -57,6 +58,8 @@ SPLIT_BELOW, SPLIT_PROGRAMS = 256, 1024
 # innermost axis is at least STRIDED_RUN long (shorter runs: rows one program each, as elsewhere), in chunks of
 # STRIDED_BLOCK_D columns.
 STRIDED_ROWS, STRIDED_RUN, STRIDED_BLOCK_D = 32, 16, 128
+# Strided rows too wide for STRIDED_MIN_ROWS of them in a min_tile (a 64-byte run of each column in float32) are wide.
+STRIDED_MIN_ROWS = 16
 # Narrow strided rows (a norm over channels, a middle dim of 64): tiles of STRIDED_TILE elements on STRIDED_WARPS
 # warps first (measured on the H200 against 4096 on 8 warps: docs/LOG.md).
 STRIDED_TILE, STRIDED_WARPS = 8192, 4
@@ -411,16 +414,16 @@ def _combine(program: Program) -> str:
                       body)
 
 
-def _strided_split(program: Program, params: dict[str, Any], run: str) -> list[str]:
+def _strided_split(program: Program, params: dict[str, Any]) -> list[str]:
     """Wide strided rows too few for STRIDED_SPLIT_BELOW programs of strided_rows rows, of a splittable program:
     `_kf_rows_partial` on (row block, split), each split min_tile // strided_rows columns or a multiple, so that
     about STRIDED_SPLIT_PROGRAMS programs run, then `_kf_row_combine`."""
     if "split_below" not in params:
         return []
-    (per, chunk, warps), tile, call = rows.strided_tile(params), params["min_tile"], rows.launch_args(program)
+    (per, chunk, warps), call = rows.strided_tile(params), rows.launch_args(program)
     n_reduce = sum(1 for ln in program.lines if ln.reduce)
     return [
-        f"if block_d >= {tile} and {run} and _kf_cdiv(rows, {per}) < {STRIDED_SPLIT_BELOW} and D > {chunk}:",
+        f"if wide and _kf_cdiv(rows, {per}) < {STRIDED_SPLIT_BELOW} and D > {chunk}:",
         f"    splits = min(_kf_cdiv(D, {chunk}), max(1, {STRIDED_SPLIT_PROGRAMS} // _kf_cdiv(rows, {per})))",
         f"    chunk = _kf_cdiv(_kf_cdiv(D, splits), {chunk}) * {chunk}",
         "    splits = _kf_cdiv(D, chunk)",
@@ -449,11 +452,13 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
                                 f"{call}, part, rows, splits, SPLITS_P2=_kf_pow2(splits)"),
             "    return out",
         ]
-    wide = None
+    wide, head = None, rows.head(program)
     if "strided_rows" in params:
-        wide = ("_kf_rows_looped", f"z{_innermost(program)} >= {STRIDED_RUN}")
-        split = _strided_split(program, params, wide[1]) + split
-    return rows.head(program) + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
+        wide = ("_kf_rows_looped", "wide")
+        head.append(f"wide = z{_innermost(program)} >= {STRIDED_RUN} and block_d * {STRIDED_MIN_ROWS} > "
+                    f"{params['min_tile']}")
+        split = _strided_split(program, params) + split
+    return head + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
                                                       "_kf_row_looped", PER_THREAD, wide)
 
 

@@ -129,8 +129,8 @@ def test_looped_rows_match_the_reference(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["middle_dim_mean", "channel_softmax", "channel_argmax", "two_dims_max"])
 def test_wide_strided_rows_take_a_multi_row_tile(name: str, tmp_path: Path) -> None:
-    """Reductions over a middle dim (the innermost kept: rows adjacent in memory): rows of min_tile or more go to the
-    multi-row looped kernel, strided_rows a program in 2-column chunks (online softmax, argmax and sums carried per
+    """Reductions over a middle dim (the innermost kept: rows adjacent in memory): rows too wide for 16 of them in a
+    min_tile (here every row) go to the multi-row looped kernel, strided_rows a program in 2-column chunks (online softmax, argmax and sums carried per
     lane, the last program's extra rows masked), where the innermost kept axis runs 16 or more at run time
     (middle_dim_mean and the channel ops keep h x w = 63 and 30); two_dims_max keeps w = 9 or 6: one row a program."""
     path = synthetic(tmp_path, name)
@@ -141,6 +141,7 @@ def test_wide_strided_rows_take_a_multi_row_tile(name: str, tmp_path: Path) -> N
     params = {"num_warps": 4, "max_block_d": 8, "min_tile": 4, "strided_rows": 2}
     source = family.render(plan, params)
     assert "_kf_launch(_kf_rows_looped, (_kf_cdiv(rows, 2),), " in source and "BLOCK_D=2, " in source
+    assert f"wide = z{rowwise._innermost(plan.program)} >= 16 and block_d * 16 > 4" in source
     assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="rowwise",
                                                                        params=params)), path, tmp_path)
 
@@ -156,6 +157,7 @@ def test_few_wide_strided_rows_split_their_columns(tmp_path: Path) -> None:
               "split_below": 256}
     source = family.render(plan, params)
     assert "_kf_launch(_kf_rows_partial, (_kf_cdiv(rows, 2), splits), " in source and "BLOCK_D=1, " in source
+    assert "_kf_launch(_kf_row_looped, (rows,), " in source and "BLOCK_D=8, num_warps=4)" in source  # its own chunk
     assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="rowwise",
                                                                        params=params)), path, tmp_path)
 
