@@ -21,6 +21,12 @@ def _kf_tanh(x):
     y = (1.0 - t) / (1.0 + t)
     return tl.where(x < 0.0, -y, y)
 ''',
+    "_kf_tanh_softplus": '''@triton.jit
+def _kf_tanh_softplus(x, threshold):
+    e = tl.exp(tl.where(x > threshold, threshold, x))
+    n = e * (e + 2.0)
+    return tl.where(x > threshold, 1.0, n / (n + 2.0))
+''',
     "_kf_expm1": '''@triton.jit
 def _kf_expm1(x):
     small = tl.abs(x) < 1e-2

@@ -21,7 +21,7 @@ import torch.fx
 from torch import nn
 from torch.utils._sympy.functions import FloorDiv
 
-from kernelflow.stages.templates import aten_ops
+from kernelflow.stages.templates import aten_ops, identities
 from kernelflow.stages.templates.aten import AtenGraph
 from kernelflow.stages.templates.program import (
     Kind,
@@ -498,13 +498,14 @@ class Decomposed:
             raise TemplateMismatch("forward reads no tensor")
         biggest = max(range(len(self.operands)), key=lambda i: space.numel(space.flat(self.operands[i][1])), default=0)
         text = ", ".join(render_size(e) for e in out_shape)
-        helpers = sorted({h for ln in self.lines for h in aten_ops.helpers_of(ln.expr)})
+        lines = identities.apply(self.lines, out.text)
+        helpers = sorted({h for ln in lines for h in aten_ops.helpers_of(ln.expr)})
         return Program(
             args=self.aten.args,
             operands=tuple(Operand(expr=expr, broadcast=merged(axes) != tuple(range(len(groups))), axes=merged(axes))
                            for (expr, _), axes in zip(self.operands, axes_of, strict=False)),
             virtual=tuple(merged(axes) for axes in axes_of[len(self.operands):-1]),
-            full=biggest, scalars=tuple(self.scalars), helpers=tuple(helpers), lines=tuple(self.lines),
+            full=biggest, scalars=tuple(self.scalars), helpers=tuple(helpers), lines=tuple(lines),
             output=out.text, out_kind="elem" if out.kind == "elem" else "row",
             out_keepdim=False, out_dtype=str(result.meta["val"].dtype),
             sizes=tuple(render_size(s) for s in sizes), binds=binds,
