@@ -10,7 +10,9 @@ this family writes what it read as a module: each generated kernel a plain @trit
 GEMM/conv calls as Inductor made them. forward runs a workload's own code where its guard holds (the inputs' sizes,
 read in a few comparisons), else the symbolic code, which runs at any size (verify's held-out shape checks it). No
 Dynamo, autotuner or torch._inductor import at run time; a module whose init arguments (`_kf_arch`, kept by
-__init__) are those of such a module runs its symbolic code. ModelNew subclasses the reference, so it takes
+__init__) are those of such a module runs its symbolic code. Code runs only for the modules it was generated and
+checked for (the generating workload's, the verified workloads', the held-out shape's): a workload's own code for
+its own module, a module built with other init arguments is a ValueError naming them. ModelNew subclasses the reference, so it takes
 Model's init arguments and loads Model's state; forward reads the parameters and buffers from the module.
 
 Parameters:
@@ -293,18 +295,23 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
     """The module: forward runs the code for a declared workload's sizes where its guard holds (as torch.compile
     runs code specialized to the shape it sees), else the symbolic code, which runs at any size."""
     code = _code_for(plan, params)
-    lines = []
-    for static in code.get("static", []):
-        lines.append(f"if {' and '.join(static['guard'])}:  # {static['workload']}'s sizes")
-        lines += ["    " + line for line in _branch(static, code["returns"], params)]
     archs = code.get("architectures", [])
+    known = sorted({*code["modules"], *(arch["arch"] for arch in archs)})
+    lines = ["if self._kf_arch not in _KF_MODULES:",
+             "    raise ValueError('this kernel was generated and checked for modules built with the init arguments '",
+             "                     + ' or '.join(_KF_MODULES) + '; this one was built with ' + self._kf_arch",
+             "                     + ': run kernelflow on a workload whose get_init_inputs builds it')"]
+    for static in code.get("static", []):
+        guard = [f"self._kf_arch == {static['arch']!r}", *static["guard"]]
+        lines.append(f"if {' and '.join(guard)}:  # {static['workload']}'s sizes")
+        lines += ["    " + line for line in _branch(static, code["returns"], params)]
     for arch in archs:
         lines.append(f"if self._kf_arch == {arch['arch']!r}:  # {arch['workload']}'s module, any sizes")
         lines += ["    " + line for line in _branch(arch, code["returns"], params)]
     lines += _branch(code, code["returns"], params)
     forward = "\n".join("        " + line for line in lines)
     init = ("    def __init__(self, *args, **kwargs):\n        super().__init__(*args, **kwargs)\n"
-            "        self._kf_arch = _kf_arch(_Reference.__init__, args, kwargs)\n\n") if archs else ""
+            "        self._kf_arch = _kf_arch(_Reference.__init__, args, kwargs)\n\n")
     model_new = f"class ModelNew(_Reference):\n{init}    def forward({_signature(plan.problem.source)}):\n{forward}\n"
     header = HEADER + f"import math\nimport {code['libdevice']} as libdevice\nimport {code['tl_math']} as tl_math\n" \
         "\naten = torch.ops.aten\n"
@@ -317,6 +324,5 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
     note += "".join(f"# {line}\n" for line in code.get("notes", []))  # held-out shapes skipped, and why
     kernels = [k["source"] for c in _codes(code) for k in c["kernels"]]
     helpers = dict.fromkeys(h for c in _codes(code) for h in [*c["helpers"], *c["externs"]])
-    if archs:
-        helpers[ARCH_SOURCE] = None
+    helpers[ARCH_SOURCE + f"\n\n_KF_MODULES = {tuple(known)!r}  # the init arguments (_kf_arch) code was checked for\n"] = None
     return "\n\n".join([note + header, launch.SOURCE, interpreted, *helpers, *kernels, plan.reference, model_new])

@@ -45,7 +45,9 @@ symbolic code holds the module constants Dynamo specialized at the generating wo
 size), so it is right only where they are the same: a declared workload of the other set may change them, hence
 its own code, and (`architectures`) the symbolic code generated again for each such module where it differs,
 which forward picks by the module's init arguments. A workload's code is `timed` where it is of the request's set
-(the shapes the benchmark times).
+(the shapes the benchmark times), and holds the key (`arch`) of the module it was generated for. `modules`: the
+keys of the other modules the symbolic code was checked for (the generating workload's, the verified workloads'
+without code of their own, the held-out shape's); code runs for no module outside these and the architectures'.
 On cuda, each timed kernel's configurations start with the one Inductor's autotuner picks on this GPU, from one
 real run of torch.compile at that workload (otherwise they are Inductor's candidates in its own order, which the
 autotuner times).
@@ -65,7 +67,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-FORMAT = 15  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 16  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -567,19 +569,25 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     _fixed_sizes(module, lowered["asserted"], req["problem_path"], [*every, *held.values(), *([mine] if mine else [])])
     archs, skipped = _architectures(module, lowered, init, verified, device, req["problem_path"])
     notes += skipped
+
+    def key_of(w: Any) -> str:
+        return arch_key(module.Model.__init__, workload_call(module, w, "get_init_inputs", req["problem_path"]))
+
     if mine is not None:  # the held-out shape runs its module's own symbolic code where it has one
-        key = arch_key(module.Model.__init__, workload_call(module, mine, "get_init_inputs", req["problem_path"]))
+        key = key_of(mine)
         code_, here, suffix = next(((a, a["params"], f"_arch{i}") for i, a in enumerate(archs) if a["arch"] == key),
                                    (lowered, req["workload"], ""))
         notes += _same_code_elsewhere(module, code_, here, device, mine, req["problem_path"], suffix)
+    checked = {arch_key(module.Model.__init__, init), *map(key_of, [*verified, *([mine] if mine else [])])}
     static, skipped = _specialized(module, verified, device, req["problem_path"])
     for one in static:
         one["timed"] = any(w.name == one["workload"] for w in mine_set)
+        one["arch"] = key_of(next(w for w in verified if w.name == one["workload"]))
     notes += skipped
     if device == "cuda":
         notes += _autotuned(module, [c for c in static if c["timed"]], mine_set, req["problem_path"])
     lowered["ops"] = sorted({*lowered["ops"], *(op for code in static + archs for op in code["ops"])})
-    lowered.update(static=static, architectures=archs)
+    lowered.update(static=static, architectures=archs, modules=sorted(checked - {a["arch"] for a in archs}))
     lowered.update(returns="tensor" if isinstance(shape, torch.Tensor) else type(shape).__name__,
                    torch=torch.__version__, triton=triton.__version__, knobs=knobs, notes=notes)
     return lowered

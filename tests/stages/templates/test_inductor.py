@@ -242,6 +242,13 @@ def test_a_module_whose_code_differs_runs_symbolic_code_of_its_own(tmp_path: Pat
         expected = torch.relu(torch.nn.functional.group_norm(x, groups, new.norm.weight, new.norm.bias))
         torch.testing.assert_close(new(x), expected)
         assert ran and all(name.endswith("_arch0") == own for name in ran), (groups, ran)
+    ran.clear()  # cpu0's sizes, cpu1's module: cpu0's own code holds cpu0's groups, so cpu1's symbolic code runs
+    new = model_new(4, 8).eval()
+    x = torch.randn(2, 8, 5)
+    torch.testing.assert_close(new(x), torch.relu(torch.nn.functional.group_norm(x, 4, new.norm.weight, new.norm.bias)))
+    assert ran and all(name.endswith("_arch0") for name in ran), ran
+    with pytest.raises(ValueError, match=r"init arguments \[2, 8\] or \[4, 8\]; this one was built with \[8, 8\]"):
+        model_new(8, 8)(x)  # a module no code was checked for
 
 
 @pytest.mark.slow
