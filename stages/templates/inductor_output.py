@@ -67,7 +67,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-FORMAT = 16  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 17  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -566,19 +566,22 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     verified = [w for k in req.get("verified", [req.get("sizes", "cpu")]) for w in sets.get(k, [])]
     mine, skipped = _held_out_shape(module, verified, every, req["problem_path"])  # verify's, on this device
     notes += [n for n in skipped if n not in notes]
-    _fixed_sizes(module, lowered["asserted"], req["problem_path"], [*every, *held.values(), *([mine] if mine else [])])
     archs, skipped = _architectures(module, lowered, init, verified, device, req["problem_path"])
     notes += skipped
 
     def key_of(w: Any) -> str:
         return arch_key(module.Model.__init__, workload_call(module, w, "get_init_inputs", req["problem_path"]))
 
+    checked = {arch_key(module.Model.__init__, init), *map(key_of, [*verified, *([mine] if mine else [])])}
+    shapes = [*every, *held.values(), *([mine] if mine else [])]
+    for code_ in [lowered, *archs]:  # each code against the shapes of the modules it runs for
+        runs = {code_["arch"]} if code_ is not lowered else checked - {a["arch"] for a in archs}
+        _fixed_sizes(module, code_["asserted"], req["problem_path"], [w for w in shapes if _key(key_of, w) in runs])
     if mine is not None:  # the held-out shape runs its module's own symbolic code where it has one
         key = key_of(mine)
         code_, here, suffix = next(((a, a["params"], f"_arch{i}") for i, a in enumerate(archs) if a["arch"] == key),
                                    (lowered, req["workload"], ""))
         notes += _same_code_elsewhere(module, code_, here, device, mine, req["problem_path"], suffix)
-    checked = {arch_key(module.Model.__init__, init), *map(key_of, [*verified, *([mine] if mine else [])])}
     static, skipped = _specialized(module, verified, device, req["problem_path"])
     for one in static:
         one["timed"] = any(w.name == one["workload"] for w in mine_set)
@@ -781,10 +784,19 @@ def _reference_fails(module: Any, workload: Any, where: str) -> str | None:
     return None
 
 
+def _key(key_of: Any, w: Any) -> str | None:
+    """A workload's module key, None where its init arguments cannot be had (the reference's own error)."""
+    try:
+        return str(key_of(w))
+    except Exception:
+        return None
+
+
 def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, checks: list[Any]) -> None:
     """Unreadable when the code holds a size fixed (Dynamo or Inductor specialized it: a LayerNorm's width, a conv's
-    channels) that another declared workload, or the held-out shape verify derives from them, changes: such code
-    runs at this shape only. Shapes come from the reference built on meta tensors at each of those workloads."""
+    channels) that another declared workload, or the held-out shape verify derives from them, changes, among those
+    that build a module the code runs for: such code runs at this shape only. Shapes come from the reference built
+    on meta tensors at each of those workloads."""
     import inspect as inspect_
 
     import torch

@@ -351,6 +351,20 @@ def test_code_specialized_to_the_modules_weights_is_kept_and_verifies(name: str,
     assert "held-out shape {'batch': 4, 'c" in log and "'h': 4, 'w': 6}: ok" in log, log[-1500:]
 
 
+def test_a_size_fixed_for_one_module_is_checked_only_where_that_code_runs(tmp_path: Path) -> None:
+    """The symbolic code holds a depthwise conv's channels (16, the generating workload's). cpu1 builds a module of
+    8 channels: it gets symbolic code of its own, whose own fixed sizes are checked there; the GPU workload's module
+    (32) is not verified on the CPU, so no code runs for it. Before, the 16 held against both refused the family."""
+    conv = {**HELD_OUT["depthwise_conv"], "cpu": "dict(batch=2, c=16, h=6, w=7), dict(batch=1, c=8, h=5, w=6)",
+            "gpu": "dict(batch=32, c=32, h=64, w=64)"}
+    prob = problem(tmp_path, "depthwise_modules", **conv)
+    plan = FAMILY.match(prob, None, "cpu")
+    assert [a["workload"] for a in plan.lowered["architectures"]] == ["cpu1"], plan.lowered["notes"]
+    assert plan.lowered["modules"] == ["[16]"]
+    log = verified(prob, candidate(prob, FAMILY.variants(plan)[0]), tmp_path / "verify")
+    assert "held-out shape" in log and ": ok" in log, log[-1500:]
+
+
 def test_a_held_out_shape_the_reference_rejects_is_skipped_with_a_note(tmp_path: Path) -> None:
     """An import-time tuple of an input size: the reference fails at every held-out shape. As verify skips such a
     shape (with a note) and checks none where none is left, the family keeps the code, the reason in its header."""
