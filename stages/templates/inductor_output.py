@@ -67,7 +67,7 @@ import textwrap
 from collections.abc import Iterator
 from typing import Any
 
-FORMAT = 17  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 18  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -110,13 +110,21 @@ def _forward_expr(source: str) -> str:
 
 
 ARCH_SOURCE = '''def _kf_arch(init, args, kwargs):
-    """The module's init arguments, defaults filled in, as one string: which module (architecture) it is."""
+    """The module's init arguments, defaults filled in, as one string: which module (architecture) it is. A tensor
+    counts by its shape and dtype (not its values), an object whose repr is its address by its type."""
     import inspect
     import json
 
+    def part(value):
+        shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+        if shape is not None and dtype is not None:
+            return f"tensor({list(shape)}, {dtype})"
+        text = repr(value)
+        return type(value).__qualname__ if " at 0x" in text else text
+
     bound = inspect.signature(init).bind(None, *args, **kwargs)
     bound.apply_defaults()
-    return json.dumps(list(bound.arguments.values())[1:], default=repr)
+    return json.dumps(list(bound.arguments.values())[1:], default=part)
 '''  # written into the candidate as is, and run here for the keys it compares with
 
 

@@ -482,3 +482,17 @@ def test_an_export_names_the_torch_it_was_generated_with() -> None:
     assert export.generated_with(made) == {"torch": "2.11.0+cu130", "triton": "3.6.0"}
     assert "torch==2.11.0+cu130 and triton==3.6.0" in export._run_note(made, ["torch", "triton"])
     assert export.generated_with(plain) is None and "torch==" not in export._run_note(plain, ["torch", "triton"])
+
+
+def test_a_modules_key_is_its_init_arguments_not_their_values_or_addresses() -> None:
+    """Numbers and tuples by value, defaults filled in; a tensor by shape and dtype (a random init tensor is the same
+    module each time), an object whose repr is its address by its type."""
+    class Model:
+        def __init__(self, channels, weight=None, act=None, eps=1e-5):
+            pass
+
+    key = inductor_output.arch_key
+    assert key(Model.__init__, [3]) == '[3, null, null, 1e-05]'
+    assert key(Model.__init__, [3, torch.randn(2, 3), object()]) == key(Model.__init__, [3, torch.randn(2, 3), object()])
+    assert key(Model.__init__, [3, torch.randn(2, 3)]) != key(Model.__init__, [3, torch.randn(3, 3)])
+    assert key(Model.__init__, [3]) != key(Model.__init__, [4])
