@@ -5,9 +5,9 @@ Rules are keyed on parameter names, not on families, so a family gets every move
 - num_warps, num_stages: Triton's warps per program and software-pipelining depth;
 - BLOCK, BLOCK_M/N/K: tile sizes; max_block_d: the widest row kept in registers (rowwise); loop_block_d and
   loop_warps: the chunk and warps of wider rows' looped kernel (rowwise); min_tile and tile_warps: elements per
-  program for narrow rows and its warps, strided_block_d: the chunk of wide strided rows (rowwise); GROUP_M: tile-order grouping for L2 reuse (matmul); split_p: the
-  probabilities as two half-precision operands (attention), the one precision move (raise_precision, after a verify
-  mismatch);
+  program for narrow rows and its warps, strided_block_d: the chunk of wide strided rows (rowwise); GROUP_M:
+  tile-order grouping for L2 reuse (matmul); split_p: the probabilities as two half-precision operands
+  (attention), the one precision move (raise_precision, after a verify mismatch);
 - a key `KERNEL.NAME` is parameter NAME of one kernel of a multi-kernel candidate (inductor: XBLOCK, YBLOCK, R0_BLOCK,
   num_warps, num_stages per generated kernel): a move on NAME moves each kernel's own in turn, one at a time.
 Each move returns the changed parameter sets, nearest first; an action no parameter can express returns none and

@@ -12,8 +12,9 @@ read in a few comparisons), else the symbolic code, which runs at any size (veri
 Dynamo, autotuner or torch._inductor import at run time; a module whose init arguments (`_kf_arch`, kept by
 __init__) are those of such a module runs its symbolic code. Code runs only for the modules it was generated and
 checked for (the generating workload's, the verified workloads', the held-out shape's): a workload's own code for
-its own module, a module built with other init arguments is a ValueError naming them. ModelNew subclasses the reference, so it takes
-Model's init arguments and loads Model's state; forward reads the parameters and buffers from the module.
+its own module, a module built with other init arguments is a ValueError naming them. ModelNew subclasses the
+reference, so it takes Model's init arguments and loads Model's state; forward reads the parameters and buffers
+from the module.
 
 Parameters:
 - per kernel K (a workload's own kernels are named after it, `..._gpu0`), its launch configuration: `K.XBLOCK`
@@ -324,5 +325,6 @@ def render(plan: Plan, params: dict[str, Any]) -> str:
     note += "".join(f"# {line}\n" for line in code.get("notes", []))  # held-out shapes skipped, and why
     kernels = [k["source"] for c in _codes(code) for k in c["kernels"]]
     helpers = dict.fromkeys(h for c in _codes(code) for h in [*c["helpers"], *c["externs"]])
-    helpers[ARCH_SOURCE + f"\n\n_KF_MODULES = {tuple(known)!r}  # the init arguments (_kf_arch) code was checked for\n"] = None
+    modules = f"_KF_MODULES = {tuple(known)!r}  # the init arguments (_kf_arch) the code was checked for\n"
+    helpers[f"{ARCH_SOURCE}\n\n{modules}"] = None
     return "\n\n".join([note + header, launch.SOURCE, interpreted, *helpers, *kernels, plan.reference, model_new])

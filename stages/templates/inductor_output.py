@@ -577,14 +577,18 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     archs, skipped = _architectures(module, lowered, init, verified, device, req["problem_path"])
     notes += skipped
 
-    def key_of(w: Any) -> str:
-        return arch_key(module.Model.__init__, workload_call(module, w, "get_init_inputs", req["problem_path"]))
+    def key_of(w: Any) -> str | None:  # None where the reference's get_init_inputs fails there
+        try:
+            return arch_key(module.Model.__init__, workload_call(module, w, "get_init_inputs", req["problem_path"]))
+        except Exception:
+            return None
 
-    checked = {arch_key(module.Model.__init__, init), *map(key_of, [*verified, *([mine] if mine else [])])}
+    checked = {k for k in [arch_key(module.Model.__init__, init), *map(key_of, [*verified, *([mine] if mine else [])])]
+               if k is not None}
     shapes = [*every, *held.values(), *([mine] if mine else [])]
     for code_ in [lowered, *archs]:  # each code against the shapes of the modules it runs for
         runs = {code_["arch"]} if code_ is not lowered else checked - {a["arch"] for a in archs}
-        _fixed_sizes(module, code_["asserted"], req["problem_path"], [w for w in shapes if _key(key_of, w) in runs])
+        _fixed_sizes(module, code_["asserted"], req["problem_path"], [w for w in shapes if key_of(w) in runs])
     if mine is not None:  # the held-out shape runs its module's own symbolic code where it has one
         key = key_of(mine)
         code_, here, suffix = next(((a, a["params"], f"_arch{i}") for i, a in enumerate(archs) if a["arch"] == key),
@@ -790,14 +794,6 @@ def _reference_fails(module: Any, workload: Any, where: str) -> str | None:
     except Exception as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     return None
-
-
-def _key(key_of: Any, w: Any) -> str | None:
-    """A workload's module key, None where its init arguments cannot be had (the reference's own error)."""
-    try:
-        return str(key_of(w))
-    except Exception:
-        return None
 
 
 def _fixed_sizes(module: Any, asserted: dict[str, list[str]], where: str, checks: list[Any]) -> None:

@@ -19,9 +19,8 @@ shifted sum about its chunk's own shift, in a second pass over the chunk), `comb
 With `strided_rows`, in a program whose innermost axis is kept (a reduction over a middle dim, a norm over
 channels: a row's columns strided, consecutive rows adjacent in memory), rows wider than min_tile //
 STRIDED_MIN_ROWS adjacent in runs of STRIDED_RUN or more go to `rows_looped`: strided_rows rows a program as one
-2-D tile, walked in chunks of
-strided_block_d columns (default min_tile // strided_rows; Tile). One program per such row reads one element of
-each sector it fetches. Where a splittable program's wide strided rows make fewer than STRIDED_SPLIT_BELOW such
+2-D tile, walked in chunks of strided_block_d columns (default min_tile // strided_rows; Tile). One program per
+such row reads one element of each sector it fetches. Where a splittable program's wide strided rows make fewer than STRIDED_SPLIT_BELOW such
 programs, `rows_partial` reduces column chunks of each tile into the partials `combine` reduces.
 In a multi-row tile an operand that spans no kept axis (a norm's per-channel weight) is loaded once per column.
 Parameters: num_warps (at most; narrow rows use fewer), max_block_d, and optionally loop_block_d and loop_warps
@@ -416,8 +415,8 @@ def _combine(program: Program) -> str:
 
 def _strided_split(program: Program, params: dict[str, Any]) -> list[str]:
     """Wide strided rows too few for STRIDED_SPLIT_BELOW programs of strided_rows rows, of a splittable program:
-    `_kf_rows_partial` on (row block, split), each split min_tile // strided_rows columns or a multiple, so that
-    about STRIDED_SPLIT_PROGRAMS programs run, then `_kf_row_combine`."""
+    `_kf_rows_partial` on (row block, split), each split a multiple of the wide tile's chunk (rows.strided_tile),
+    so that about STRIDED_SPLIT_PROGRAMS programs run, then `_kf_row_combine`."""
     if "split_below" not in params:
         return []
     (per, chunk, warps), call = rows.strided_tile(params), rows.launch_args(program)
@@ -458,8 +457,8 @@ def _forward(program: Program, params: dict[str, Any]) -> list[str]:
         head.append(f"wide = z{_innermost(program)} >= {STRIDED_RUN} and block_d * {STRIDED_MIN_ROWS} > "
                     f"{params['min_tile']}")
         split = _strided_split(program, params) + split
-    return head + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident",
-                                                      "_kf_row_looped", PER_THREAD, wide)
+    return head + split + rows.dispatch(program, params, "_kf_rows_resident", "_kf_row_resident", "_kf_row_looped",
+                                        PER_THREAD, wide)
 
 
 def render(plan: Plan, params: dict[str, Any]) -> str:
