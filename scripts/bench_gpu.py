@@ -246,22 +246,17 @@ def pending(args: argparse.Namespace, key: str | Callable[[str, dict], dict | No
 def rebuild(problem: Problem, data: dict) -> Candidate | None:
     """The benchmarked best candidate, rendered again from its family and parameters (None without one); its id
     is recorded as rebuilt_candidate_id, equal to data["best"] unless the template changed since."""
+    import torch
+
     from kernelflow.stages.contracts import Candidate, Origin
-    from kernelflow.stages.problems.kernelbench import import_problem
+    from kernelflow.stages.proposers import builtin
     from kernelflow.stages.templates import TEMPLATES
-    from kernelflow.stages.templates.lowering import trace
 
     if not data.get("best_origin"):
         return None
     family, params = data["best_origin"][0], json.loads(data["best_origin"][1])
-    template = TEMPLATES[family]
-    if getattr(template, "TARGETED", False):  # generated for the device (the inductor seed), as the proposer does
-        import torch
-
-        plan = template.match(problem, None, "cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        plan = template.match(problem, trace(problem, import_problem(problem.path)))
-    source = template.render(plan, params)
+    plan = builtin.plan(family, problem, "cuda" if torch.cuda.is_available() else "cpu")  # as the proposer does
+    source = TEMPLATES[family].render(plan, params)
     cand = Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer=family, params=params))
     data["rebuilt_candidate_id"] = cand.id
     return cand

@@ -16,11 +16,19 @@ import itertools
 import math
 from typing import Any
 
-from kernelflow.stages.contracts import Action, Candidate, Device, GenerateRequest, GenerateResult, Origin
+from kernelflow.stages.contracts import (
+    Action,
+    Candidate,
+    Device,
+    GenerateRequest,
+    GenerateResult,
+    Origin,
+    Problem,
+)
 from kernelflow.stages.problems.kernelbench import import_problem
 from kernelflow.stages.proposers import mutations
 from kernelflow.stages.templates import TEMPLATES
-from kernelflow.stages.templates.lowering import trace
+from kernelflow.stages.templates.lowering import Traced, trace
 from kernelflow.stages.templates.program import Plan, TemplateMismatch
 
 LEFT_OUT = "left out by the request"  # the reason of a family the request does not ask: not a refusal
@@ -91,15 +99,22 @@ def _plans(req: GenerateRequest) -> tuple[dict[str, Plan], list[str]]:
     plans, reasons = {}, [untraced] if untraced else []
     reasons += [f"{family}: {LEFT_OUT} (families: {', '.join(asked)})"
                 for family in TEMPLATES if family not in asked]
-    for family, template in ((f, TEMPLATES[f]) for f in asked):
+    for family in asked:
         try:
-            if getattr(template, "TARGETED", False):
-                plans[family] = template.match(req.problem, traced, device_of(req))
-            elif traced is not None:
-                plans[family] = template.match(req.problem, traced)
+            if traced is not None or getattr(TEMPLATES[family], "TARGETED", False):
+                plans[family] = plan(family, req.problem, device_of(req), traced)
         except TemplateMismatch as e:
             reasons.append(f"{family}: {e.reason}")
     return plans, reasons
+
+
+def plan(family: str, problem: Problem, device: Device, traced: Traced | None = None) -> Plan:
+    """A family's plan for the problem: a family with TARGETED generates for `device` and needs no trace; the
+    others match the trace (traced here when not given). TemplateMismatch with the reason."""
+    template = TEMPLATES[family]
+    if getattr(template, "TARGETED", False):
+        return template.match(problem, traced, device)
+    return template.match(problem, traced if traced is not None else trace(problem, import_problem(problem.path)))
 
 
 def propose(req: GenerateRequest) -> GenerateResult:
