@@ -183,6 +183,14 @@ class Decomposed:
         self.lines.append(Line(name=name, kind=kind, deps=tuple(d.text for d in deps if d.kind != "scalar"), **fields))
         return Value(name, kind)
 
+    def _load(self, val: Any) -> Value:
+        """The last operand's load (as float32); a bool tensor's compared with 0, so that it is a bool again (a
+        where's condition, a mask)."""
+        loaded = self.emit("elem", load=len(self.operands) - 1)
+        if isinstance(val, torch.Tensor) and val.dtype == torch.bool:
+            return self.emit("elem", (loaded,), expr=f"{loaded.text} != 0")
+        return loaded
+
     def tensor(self, arg: Any) -> tuple[Value, Layout]:
         if isinstance(arg, torch.fx.Node):
             found = self.values.get(arg)
@@ -286,7 +294,7 @@ class Decomposed:
         if node in self.computed:
             layout = tuple((self.space.new(e, h),) if h != 1 else () for e, h in self.shape(node))
             self.operands.append((self.computed[node], layout))
-            return self.emit("elem", load=len(self.operands) - 1), layout
+            return self._load(val), layout
         if node in self.virtual:
             shape = self.shapes.get(node) or self.shape(node)
             layout = tuple((self.space.new(e, h),) if h != 1 else () for e, h in shape)
@@ -298,7 +306,7 @@ class Decomposed:
             sizes = self.aten.dims[node]
             layout = tuple((self.space.new(e, self.hint(e)),) if self.hint(e) != 1 else () for e in sizes)
             self.operands.append((self.aten.names[node], layout))
-            return self.emit("elem", load=len(self.operands) - 1), layout
+            return self._load(val), layout
         if node.op != "call_function":
             raise TemplateMismatch(f"unsupported node {node.format_node()}")
         if isinstance(val, torch.Tensor) and val.dtype == torch.float64:

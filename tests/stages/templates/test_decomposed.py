@@ -7,6 +7,7 @@ compile ahead of time for sm_90a and pass verify; what cannot be lowered is name
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -171,6 +172,20 @@ def test_a_per_channel_operand_is_loaded_once_per_column_of_a_tile() -> None:
     assert params["tile_warps"] == rowwise.STRIDED_WARPS and params["min_tile"] == rowwise.STRIDED_TILE
     tiled = TEMPLATES["rowwise"].render(plan, params).split("def _kf_rows_resident")[1].split("@triton.jit")[0]
     assert tiled.count("mask=col_mask") == 2 and tiled.count("mask=mask") == 2, tiled  # x's load and the store
+
+
+def test_a_bool_input_stays_a_bool_condition(tmp_path: Path) -> None:
+    """masked_fill's mask, a bool tensor loaded as float32, is compared with 0 before a where reads it: Triton warns
+    that a where on a float condition will be an error."""
+    path = synthetic(tmp_path, "masked_softmax")
+    problem = load_problem(path)
+    plan = TEMPLATES["rowwise"].match(problem, trace(problem, import_problem(path)))
+    params = TEMPLATES["rowwise"].variants(plan)[0]
+    source = TEMPLATES["rowwise"].render(plan, params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_matches(Candidate.make(problem.id, "triton", source, Origin(kind="builtin", proposer="rowwise",
+                                                                           params=params)), path, tmp_path)
 
 
 def test_rows_of_the_last_dim_are_not_strided(tmp_path: Path) -> None:
