@@ -134,8 +134,9 @@ def test_what_a_killed_caller_and_its_killed_guard_left_is_ended_by_the_next_run
         proc.kill()
         proc.wait()
         assert not left([out["stage"]], within_s=5)  # PR_SET_PDEATHSIG
-        time.sleep(1)
-        assert left(out["sleepers"], within_s=0) == out["sleepers"]  # nothing ended them yet
+        # The sleepers outlive both. Whichever guard starts next on this host ends them: this test's next run below,
+        # or, in a parallel suite, any other test's stage call (seen in CI), so that they are running here is not
+        # asserted.
         done = subprocess.run([sys.executable, "-c", CALLER, str(tmp_path / "b" / "work"), ""], cwd=ROOT, timeout=120)
         assert done.returncode == 0
         assert not left(out["sleepers"], within_s=5), "the next run left the processes of an ended one running"
