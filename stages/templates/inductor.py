@@ -31,7 +31,9 @@ Parameters:
 - `torch`, `triton`: the versions the code was generated with (a record; kernelflow export names them).
 
 A vendor call (extern mm/addmm/bmm/convolution) the policy forbids makes the variant a TemplateMismatch naming the
-op; so does any other torch op Inductor left as a fallback when the policy forbids torch compute. A reference that
+op; so does any other torch op Inductor left as a fallback when the policy forbids torch compute, and code that
+launches no generated kernel (a plain GEMM's extern mm: eager's call, not a candidate; on cuda the plan then takes
+the Triton templates). A reference that
 Dynamo or Inductor cannot compile, or code the reader does not understand, is a TemplateMismatch with the reason.
 
 Generation takes seconds; each result (or its reason) is kept on disk, keyed by the problem's source, the
@@ -178,20 +180,30 @@ def _allowed(code: dict[str, Any], policy: Policy) -> None:
         raise TemplateMismatch(f"Inductor's code calls {why}, which the problem's policy forbids")
 
 
+def _launches_kernels(code: dict[str, Any]) -> None:
+    """TemplateMismatch where Inductor's code launches no kernel of its own: its calls are eager's."""
+    if not any(c["kernels"] for c in _codes(code)):
+        raise TemplateMismatch(f"Inductor's code launches no generated kernel, only {', '.join(code['ops'])} "
+                               "(eager's own calls)")
+
+
 def match(problem: Problem, traced: Any, device: Device) -> Plan:
     """Inductor's code for the device with its default choices; where the policy forbids the vendor calls it
-    makes, on cuda, the choice of Triton GEMM/conv templates instead. `traced` is not needed."""
+    makes, or they are all it makes, on cuda, the choice of Triton GEMM/conv templates instead. `traced` is not
+    needed."""
     workload = _workload(problem, device)
     knobs = dict(KNOBS)
     code = lowered(problem, device, workload, knobs)
     try:
         _allowed(code, problem.policy)
+        _launches_kernels(code)
     except TemplateMismatch:
         if device != "cuda" or not any(op_class(op) == "vendor" for op in code["ops"]):
             raise
         knobs = {**knobs, "max_autotune": True, "triton_gemm": True}
         code = lowered(problem, device, workload, knobs)
         _allowed(code, problem.policy)
+        _launches_kernels(code)
     return Plan(problem, device, workload, knobs, code, reference_source(problem.source))
 
 
@@ -249,6 +261,7 @@ def _code_for(plan: Plan, params: dict[str, Any]) -> dict[str, Any]:
         return plan.lowered
     code = lowered(plan.problem, plan.device, plan.workload, knobs)
     _allowed(code, plan.problem.policy)
+    _launches_kernels(code)
     return code
 
 

@@ -311,6 +311,15 @@ def test_policy_without_vendor_libraries_names_the_op(tmp_path: Path) -> None:
         FAMILY.match(prob, None, "cpu")
 
 
+def test_code_that_launches_no_kernel_of_its_own_is_a_mismatch(tmp_path: Path) -> None:
+    """A plain GEMM is one extern mm in Inductor's code: eager's own call, which the compile stage refuses as a
+    Triton candidate (no kernel); the family says so at match, and coverage does not count it."""
+    prob = problem(tmp_path, "plain_gemm", forward="return x @ self.w", init_args="cols", init_inputs="cols",
+                   init="self.w = nn.Parameter(torch.randn(cols, cols))")
+    with pytest.raises(TemplateMismatch, match=r"launches no generated kernel, only aten\.mm"):
+        FAMILY.match(prob, None, "cpu")
+
+
 @pytest.mark.parametrize("name,forward,reason", [
     ("data_dependent", "return x * 2 if x.sum() > 0 else x - 1", "torch.compile cannot compile forward"),
     ("returns_dict", "return {'y': x * 2}", "not a tensor or a tuple of tensors"),
