@@ -64,10 +64,10 @@ import math
 import re
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-FORMAT = 18  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
+FORMAT = 19  # what `lower` returns; part of the cache key (stages/templates/inductor.py)
 KNOBS: dict[str, bool] = {  # Inductor's code-generation choices the family tunes, with Inductor's defaults here
     "split_reductions": True,  # a long reduction becomes two kernels (partial sums, then their sum)
     "aggressive_fusion": False,  # fuse nodes that share no memory access too
@@ -128,10 +128,12 @@ ARCH_SOURCE = '''def _kf_arch(init, args, kwargs):
 '''  # written into the candidate as is, and run here for the keys it compares with
 
 
+_ARCH: dict[str, Any] = {}
+exec(ARCH_SOURCE, _ARCH)
+
+
 def arch_key(init: Any, args: list[Any]) -> str:
-    scope: dict[str, Any] = {}
-    exec(ARCH_SOURCE, scope)
-    return str(scope["_kf_arch"](init, args, {}))
+    return str(_ARCH["_kf_arch"](init, args, {}))
 
 
 def _configure(device: str, knobs: dict[str, bool]) -> None:
@@ -574,17 +576,22 @@ def lower(req: dict[str, Any]) -> dict[str, Any]:
     verified = [w for k in req.get("verified", [req.get("sizes", "cpu")]) for w in sets.get(k, [])]
     mine, skipped = _held_out_shape(module, verified, every, req["problem_path"])  # verify's, on this device
     notes += [n for n in skipped if n not in notes]
-    archs, skipped = _architectures(module, lowered, init, verified, device, req["problem_path"])
+    keys: dict[str, str | None] = {}
+
+    def key_of(w: Any) -> str | None:  # the module's key at w, None where the reference's get_init_inputs fails
+        params = json.dumps(w.params, sort_keys=True)
+        if params not in keys:
+            try:
+                keys[params] = arch_key(module.Model.__init__,
+                                        workload_call(module, w, "get_init_inputs", req["problem_path"]))
+            except Exception:
+                keys[params] = None
+        return keys[params]
+
+    generating = arch_key(module.Model.__init__, init)
+    archs, skipped = _architectures(module, lowered, generating, verified, key_of, device, req["problem_path"])
     notes += skipped
-
-    def key_of(w: Any) -> str | None:  # None where the reference's get_init_inputs fails there
-        try:
-            return arch_key(module.Model.__init__, workload_call(module, w, "get_init_inputs", req["problem_path"]))
-        except Exception:
-            return None
-
-    checked = {k for k in [arch_key(module.Model.__init__, init), *map(key_of, [*verified, *([mine] if mine else [])])]
-               if k is not None}
+    checked = {k for k in [generating, *map(key_of, [*verified, *([mine] if mine else [])])] if k is not None}
     shapes = [*every, *held.values(), *([mine] if mine else [])]
     for code_ in [lowered, *archs]:  # each code against the shapes of the modules it runs for
         runs = {code_["arch"]} if code_ is not lowered else checked - {a["arch"] for a in archs}
@@ -649,20 +656,23 @@ def _specialized(module: Any, workloads: list[Any], device: str, where: str) -> 
     return static, notes
 
 
-def _architectures(module: Any, symbolic: dict[str, Any], init: list[Any], workloads: list[Any], device: str,
+def _architectures(module: Any, symbolic: dict[str, Any], generating: str, workloads: list[Any],
+                   key_of: Callable[[Any], str | None], device: str,
                    where: str) -> tuple[list[dict[str, Any]], list[str]]:
     """(the symbolic code again for each other module the workloads build (other init arguments) for which Inductor
     writes other code: a constant Dynamo specialized at the generating workload, such as a group count, is built into
     the symbolic code, which is then wrong for that module at any size, the held-out shape verify derives from that
     workload included; a note per module whose code cannot be had). Each has its kernels named `_archN` and `arch`,
-    the key (ARCH_SOURCE) of the module's init arguments, under which forward runs it; none is timed."""
-    from kernelflow.stages.problems.kernelbench import workload_call
-
-    seen = {arch_key(module.Model.__init__, init)}
+    the key (ARCH_SOURCE, `key_of` a workload; `generating` the generating workload's) of the module's init
+    arguments, under which forward runs it; none is timed."""
+    seen = {generating}
     archs: list[dict[str, Any]] = []
     notes: list[str] = []
     for w in workloads:
-        key = arch_key(module.Model.__init__, workload_call(module, w, "get_init_inputs", where))
+        key = key_of(w)
+        if key is None:
+            notes.append(f"no symbolic code for {w.name}'s module: the reference's get_init_inputs fails there")
+            continue
         if key in seen:
             continue
         seen.add(key)
@@ -863,8 +873,8 @@ def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def _same_code_elsewhere(module: Any, lowered: dict[str, Any], here_params: dict[str, Any], device: str,
                          other: Any, where: str, suffix: str = "") -> list[str]:
     """Unreadable when Inductor writes other code at `other`, the held-out shape verify derives on this device, than
-    at `here_params`, where `lowered` was generated (launch configurations aside): a constant of the module (a group count, a width) or a size
-    Dynamo specialized was built into the code, which would then run at this shape only. One difference is
+    at `here_params`, where `lowered` was generated (launch configurations aside): a constant of the module (a
+    group count, a width) or a size Dynamo specialized was built into the code, which would then run at this shape only. One difference is
     Inductor's own choice and no such constant: how many parts it splits a long reduction into, picked from the
     sizes it sees and written over the symbolic sizes (a ceil-divided part and a mask), so valid at any size. Where
     the two generations differ and are the same with split reductions off at both shapes, that is the difference:
