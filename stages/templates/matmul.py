@@ -1,5 +1,10 @@
-"""Family `matmul`: one 2-D matrix product (torch.matmul / mm / @, nn.Linear, F.linear) and a pointwise
+"""Family `matmul`: one matrix product (torch.matmul / mm / bmm / @, nn.Linear, F.linear) and a pointwise
 epilogue (bias, scale, residual, activations) applied to the fp32 accumulator tile before one store.
+
+Operands are 2-D or 3-D (a batch of matrices: bmm, a 3-D input times a matrix, a Linear over a 3-D input; a 2-D
+operand is shared by every batch, read with batch stride 0), and may be the transpose (.T, .t(), .mT,
+transpose of the last two dims) of an input or a parameter, read through the view's strides. The batch index and
+the tile share the grid's first axis (no 65535 limit on the batch).
 
 Also the SwiGLU shape: two products sharing their left operand (x @ W1^T, x @ W3^T), each with its own
 accumulator, combined in the epilogue (silu(a) * b). One program per BLOCK_M x BLOCK_N output tile, in
@@ -23,7 +28,7 @@ from torch import nn
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import launch
 from kernelflow.stages.templates.lowering import Lowering, Traced, node_op, node_shape
-from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
+from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch, Value
 from kernelflow.stages.templates.source import (
     jit_source,
     line_source,
@@ -43,6 +48,7 @@ _HALF_TWO: tuple[_Config, ...] = ((128, 64, 64, 8, 3, 8), (64, 128, 64, 8, 3, 8)
 _TF32: tuple[_Config, ...] = ((128, 128, 32, 8, 3, 8), (64, 128, 32, 4, 4, 8), (128, 64, 32, 4, 4, 8))
 _IEEE: tuple[_Config, ...] = ((128, 64, 16, 8, 3, 8), (64, 128, 16, 8, 3, 8), (64, 64, 16, 4, 3, 8))
 _MAX_PRODUCTS = 2
+_TRANSPOSES = ("T", "mT", "t", "transpose")
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,30 @@ def tensor_expr(node: Any, what: str) -> str:
     raise TemplateMismatch(f"the {what} operand of the product is computed in forward, not an input or a parameter")
 
 
+def _transposed(node: Any) -> Any:
+    """The tensor whose last two dims `node` swaps (x.T of a matrix, x.t(), x.mT, x.transpose over the last two
+    dims), else None."""
+    if not isinstance(node, torch.fx.Node) or node.op not in ("call_function", "call_method"):
+        return None
+    name = node_op(node)
+    if name == "getattr" and len(node.args) == 2 and node.args[1] in ("T", "mT"):
+        inner, rank = node.args[0], len(node_shape(node))
+        return inner if node.args[1] == "mT" or rank == 2 else None
+    if name == "t" and len(node.args) == 1 and not node.kwargs:
+        return node.args[0]
+    if name == "transpose" and not node.kwargs and len(node.args) == 3:
+        rank, dims = len(node_shape(node)), [d for d in node.args[1:] if isinstance(d, int)]
+        last_two = len(dims) == 2 and {d % rank for d in dims} == {rank - 2, rank - 1}
+        return node.args[0] if last_two else None
+    return None
+
+
+def operand_expr(node: Any, what: str) -> str:
+    """How forward names a product operand: an input or a parameter, or the transpose of one (a view)."""
+    inner = _transposed(node)
+    return f"{tensor_expr(inner, what)}.mT" if inner is not None else tensor_expr(node, what)
+
+
 def _linear_args(node: torch.fx.Node) -> tuple[Any, Any, Any]:
     names = ("input", "weight", "bias")
     bound = {**dict(zip(names, node.args, strict=False)), **node.kwargs}
@@ -85,8 +115,20 @@ class Epilogue(Lowering):
         self.full = node_shape(products[-1])
         self.products = {node: i for i, node in enumerate(products)}
         self.bias = bias
+        self.views = {arg for node in products for arg in node.args if _transposed(arg) is not None}
+
+    def operand(self, expr: str, shape: tuple[int, ...]) -> Value:
+        value = super().operand(expr, shape)
+        if self.operands[-1].broadcast and len(shape) - shape.count(1) > 1:  # loaded per column: [N] only
+            raise TemplateMismatch(f"{expr} of shape {list(shape)} broadcasts over the batch; the epilogue loads a "
+                                   "full-shape operand or one of the columns only")
+        return value
 
     def lower_node(self, node: torch.fx.Node) -> Any:
+        if node in self.views:  # read by the product through its strides
+            if any(user not in self.products for user in node.users):
+                raise TemplateMismatch(f"{node.name}, a transposed operand, is used outside the product")
+            return None
         if node in self.products:
             acc = self.emit("elem", expr=f"acc{self.products[node]}")
             bias = self.bias.get(node)
@@ -106,9 +148,12 @@ class Epilogue(Lowering):
         return program
 
 
-def find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], list[Product], dict[torch.fx.Node, Any],
-                                                         set[torch.dtype]]:
-    """The product nodes, their operands, their Linear biases and the dtypes of everything they multiply."""
+def find_products(graph: torch.fx.GraphModule, batched: bool = False) -> tuple[
+        list[torch.fx.Node], list[Product], dict[torch.fx.Node, Any], set[torch.dtype]]:
+    """The product nodes, their operands, their Linear biases and the dtypes of everything they multiply; with
+    `batched`, 3-D operands (a batch of matrices) and bmm too."""
+    ops = (*_MATMUL_OPS, "linear", *(("bmm",) if batched else ()))
+    ranks = (2, 3) if batched else (2,)
     nodes: list[torch.fx.Node] = []
     products: list[Product] = []
     biases: dict[torch.fx.Node, Any] = {}
@@ -121,36 +166,40 @@ def find_products(graph: torch.fx.GraphModule) -> tuple[list[torch.fx.Node], lis
             a, b = node.args[0], f"self.{node.target}.weight"
             if module.bias is not None:
                 biases[node] = f"self.{node.target}.bias"
-            products.append(Product(tensor_expr(a, "left"), b, True))
+            products.append(Product(operand_expr(a, "left"), b, True))
             operands = [a]
             dtypes.add(module.weight.dtype)
-        elif node.op in ("call_function", "call_method") and node_op(node) in (*_MATMUL_OPS, "linear"):
+        elif node.op in ("call_function", "call_method") and node_op(node) in ops:
             if node_op(node) == "linear":
                 a, w, bias = _linear_args(node)
                 if bias is not None:
                     biases[node] = bias
-                products.append(Product(tensor_expr(a, "left"), tensor_expr(w, "weight"), True))
+                products.append(Product(operand_expr(a, "left"), tensor_expr(w, "weight"), True))
                 operands = [a, w]
             else:
                 if len(node.args) != 2 or node.kwargs:
                     raise TemplateMismatch(f"unsupported matmul call {node.format_node()}")
                 a, b = node.args
-                products.append(Product(tensor_expr(a, "left"), tensor_expr(b, "right"), False))
+                products.append(Product(operand_expr(a, "left"), operand_expr(b, "right"), False))
                 operands = [a, b]
         else:
             continue
         for arg in operands:
-            if len(node_shape(arg)) != 2:
-                raise TemplateMismatch(f"{node.name} multiplies a tensor of shape {list(node_shape(arg))}, not 2-D")
+            if len(node_shape(arg)) not in ranks:
+                raise TemplateMismatch(f"{node.name} multiplies a tensor of shape {list(node_shape(arg))}, not "
+                                       f"{' or '.join(f'{r}-D' for r in ranks)}")
             dtypes.add(arg.meta["tensor_meta"].dtype)
+        batches = {node_shape(arg)[0] for arg in operands if len(node_shape(arg)) == 3}
+        if len(batches) > 1:
+            raise TemplateMismatch(f"{node.name} broadcasts batches of {sorted(batches)} matrices")
         nodes.append(node)
     return nodes, products, biases, dtypes
 
 
 def match(problem: Problem, traced: Traced) -> MatmulPlan:
-    nodes, products, biases, dtypes = find_products(traced.graph)
+    nodes, products, biases, dtypes = find_products(traced.graph, batched=True)
     if not nodes:
-        raise TemplateMismatch("no matmul, mm, @ or linear in forward")
+        raise TemplateMismatch("no matmul, mm, bmm, @ or linear in forward")
     if len(nodes) > _MAX_PRODUCTS:
         raise TemplateMismatch(f"{len(nodes)} matrix products; the template fuses at most {_MAX_PRODUCTS}")
     if len({p.a for p in products}) > 1 or len({node_shape(n) for n in nodes}) > 1:
@@ -176,15 +225,16 @@ def variants(plan: Plan) -> list[dict[str, Any]]:
 def _kernel(plan: MatmulPlan) -> str:
     program, count = plan.program, len(plan.products)
     args = ["a", *(f"b{j}" for j in range(count))] + [f"p{i}" for i in range(len(program.operands))]
-    args += ["out", "M", "N", "K", "stride_am", "stride_ak"]
-    args += [f"stride_b{j}{d}" for j in range(count) for d in "kn"]
+    args += ["out", "M", "N", "K", "stride_ab", "stride_am", "stride_ak"]
+    args += [f"stride_b{j}{d}" for j in range(count) for d in "bkn"]
     args += [f"s{i}" for i in range(len(program.scalars))]
     args += [f"{k}: tl.constexpr" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "UPCAST", "INTERPRETED")]
     dot = "" if plan.half else f', input_precision="{plan.precision}"'
     body = [
-        "pid = tl.program_id(0)",
         "num_pid_m = tl.cdiv(M, BLOCK_M)",
         "num_pid_n = tl.cdiv(N, BLOCK_N)",
+        "pid_b = (tl.program_id(0) // (num_pid_m * num_pid_n)).to(tl.int64)",  # the matrix of the batch
+        "pid = tl.program_id(0) % (num_pid_m * num_pid_n)",
         "num_pid_in_group = GROUP_M * num_pid_n",
         "first_pid_m = (pid // num_pid_in_group) * GROUP_M",
         "group_size_m = tl.minimum(num_pid_m - first_pid_m, GROUP_M)",
@@ -195,8 +245,9 @@ def _kernel(plan: MatmulPlan) -> str:
         "rk = tl.arange(0, BLOCK_K)",
         "mask_m = rm < M",
         "mask_n = rn < N",
-        "a_ptrs = a + rm[:, None] * stride_am + rk[None, :] * stride_ak",
-        *(f"b{j}_ptrs = b{j} + rk[:, None] * stride_b{j}k + rn[None, :] * stride_b{j}n" for j in range(count)),
+        "a_ptrs = a + pid_b * stride_ab + rm[:, None] * stride_am + rk[None, :] * stride_ak",
+        *(f"b{j}_ptrs = b{j} + pid_b * stride_b{j}b + rk[:, None] * stride_b{j}k + rn[None, :] * stride_b{j}n"
+          for j in range(count)),
         *(f"acc{j} = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)" for j in range(count)),
     ]
     step = ["mask_k = rk < K - k",
@@ -214,7 +265,7 @@ def _kernel(plan: MatmulPlan) -> str:
     # with a runtime bound. INTERPRETED is a constexpr, so each side compiles only its own branch.
     body += ["if INTERPRETED:", "    k = 0", "    while k < K:", *("        " + s for s in step),
              "        k += BLOCK_K", "else:", "    for k in range(0, K, BLOCK_K):", *("        " + s for s in step),
-             "mask = mask_m[:, None] & mask_n[None, :]", "offs = rm[:, None] * N + rn[None, :]"]
+             "mask = mask_m[:, None] & mask_n[None, :]", "offs = pid_b * M * N + rm[:, None] * N + rn[None, :]"]
     for line in program.lines:
         per_column = line.load is not None and program.operands[line.load].broadcast  # a [N] operand
         body.append(line_source(line, "rn", "mask_n", "[None, :]") if per_column else line_source(line, "offs"))
@@ -224,12 +275,14 @@ def _kernel(plan: MatmulPlan) -> str:
 
 def _forward(plan: MatmulPlan, params: dict[str, Any]) -> list[str]:
     first = plan.products[0]
-    b_strides = [f"b{j}.stride({int(p.b_transposed)}), b{j}.stride({1 - p.b_transposed})"
+    # a matrix's batch stride: its first when it is 3-D, 0 when one matrix serves every batch
+    b_strides = [f"_kf_batch_stride(b{j}), b{j}.stride({-2 + p.b_transposed}), b{j}.stride({-1 - p.b_transposed})"
                  for j, p in enumerate(plan.products)]
-    n_dim = "b0.shape[0]" if first.b_transposed else "b0.shape[1]"
+    n_dim = "b0.shape[-2]" if first.b_transposed else "b0.shape[-1]"
     count = len(plan.products)
     call = ["a", *(f"b{j}" for j in range(count))] + [f"p{i}" for i in range(len(plan.program.operands))]
-    call += ["out", "M", "N", "K", "a.stride(0)", "a.stride(1)", *b_strides, *plan.program.scalars]
+    call += ["out", "M", "N", "K", "_kf_batch_stride(a)", "a.stride(-2)", "a.stride(-1)", *b_strides,
+             *plan.program.scalars]
     call += [f"{k}={params[k]}" for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")]
     # CPU tensors run in the Triton interpreter, whose tl.dot misreads bf16 (Triton 3.6): dot their fp32 upcast.
     # Tested on the device type, not is_cuda: the compile stage captures launches on meta tensors, which must
@@ -238,18 +291,24 @@ def _forward(plan: MatmulPlan, params: dict[str, Any]) -> list[str]:
     call += [f"UPCAST={on_cpu if plan.half else 'False'}", f"INTERPRETED={on_cpu}",
              f"num_warps={params['num_warps']}",
              f"num_stages={params['num_stages']}"]
-    grid = f"(_kf_cdiv(M, {params['BLOCK_M']}) * _kf_cdiv(N, {params['BLOCK_N']}),)"
+    grid = f"(batch * _kf_cdiv(M, {params['BLOCK_M']}) * _kf_cdiv(N, {params['BLOCK_N']}),)"
     return [
         *([] if first.a == "a" else [f"a = {first.a}"]),
         *(f"b{j} = {p.b}" for j, p in enumerate(plan.products)),
         *operand_prologue(plan.program),
-        f"M, K, N = a.shape[0], a.shape[1], {n_dim}",
-        f"out = a.new_empty((M, N), dtype={plan.program.out_dtype})",
+        f"M, K, N = a.shape[-2], a.shape[-1], {n_dim}",
+        "batches = a.shape[:-2] or b0.shape[:-2]",
+        "batch = batches[0] if batches else 1",
+        f"out = a.new_empty((*batches, M, N), dtype={plan.program.out_dtype})",
         launch.call("_kf_matmul", grid, ", ".join(call)),
         "return out",
     ]
 
 
+_BATCH_STRIDE = """def _kf_batch_stride(x):
+    return x.stride(0) if x.dim() == 3 else 0"""
+
+
 def render(plan: Plan, params: dict[str, Any]) -> str:
     assert isinstance(plan, MatmulPlan)
-    return module_source(plan.program, plan.reference, [_kernel(plan)], _forward(plan, params))
+    return module_source(plan.program, plan.reference, [_BATCH_STRIDE, _kernel(plan)], _forward(plan, params))

@@ -60,7 +60,7 @@ def write(folder: Path, name: str, text: str) -> Path:
 def test_a_matching_family_and_every_other_familys_reason():
     cov = coverage(load_problem(ROOT / "problems" / "01_softmax.py"))
     assert cov.matched == ["rowwise", "inductor"] and set(cov.refused) == set(TEMPLATES) - {"rowwise", "inductor"}
-    assert cov.refused["matmul"] == "no matmul, mm, @ or linear in forward"
+    assert cov.refused["matmul"] == "no matmul, mm, bmm, @ or linear in forward"
 
 
 def test_the_run_policy_is_the_families_policy():

@@ -366,3 +366,73 @@ def test_small_tile_matmul_kernel_matches_the_reference(stem: str, tmp_path: Pat
     source = TEMPLATES["matmul"].render(plan, params)  # several tiles (CPU M <= 32: one group), K steps, ragged edges
     assert_matches(Candidate.make(stem, "triton", source, Origin(kind="builtin", proposer="matmul", params=params)),
                    path, tmp_path)
+
+
+BATCHED = '''
+import torch
+import torch.nn as nn
+
+b, m, k, n = 3, 17, 23, 29
+
+
+class Model(nn.Module):
+    def __init__(self, k, n):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+
+    def forward(self, x, y, r):
+        {forward}
+
+
+def get_inputs():
+    return [{inputs}, {r}]
+
+
+def get_init_inputs():
+    return [k, n]
+
+
+WORKLOADS = {{"gpu": [dict(b=8, m=512, k=256, n=384)], "cpu": [dict(b=3, m=17, k=23, n=29), dict(b=2, m=5, k=40, n=9)]}}
+'''
+PRODUCTS = {  # name: (forward, the inputs x and y)
+    "bmm": ("return torch.bmm(x, y)", "torch.randn(b, m, k), torch.randn(b, k, n)"),
+    "batch_times_matrix": ("return torch.matmul(x, y)", "torch.randn(b, m, k), torch.randn(k, n)"),
+    "matrix_times_batch": ("return x @ y", "torch.randn(m, k), torch.randn(b, k, n)"),
+    "linear_over_3d_with_residual": ("return torch.relu(self.fc(x)) + r", "torch.randn(b, m, k), torch.randn(1)"),
+    "transposed_a": ("return torch.matmul(x.T, y)", "torch.randn(k, m), torch.randn(k, n)"),
+    "transposed_b": ("return torch.matmul(x, y.t())", "torch.randn(m, k), torch.randn(n, k)"),
+    "transposed_both_scaled": ("return torch.matmul(x.T, y.T) * 0.5", "torch.randn(k, m), torch.randn(n, k)"),
+    "batched_transposed": ("return torch.bmm(x, y.transpose(1, 2))", "torch.randn(b, m, k), torch.randn(b, n, k)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_batched_and_transposed_products_match_the_reference(name: str, tmp_path: Path) -> None:
+    """A batch of matrices (bmm, a 3-D operand times a matrix either way round, a Linear over a 3-D input with a
+    full-shape epilogue operand) and transposed operands read through their strides: every tile, batch, K step."""
+    forward, inputs = PRODUCTS[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(BATCHED.format(forward=forward, inputs=inputs, r="torch.randn(b, m, n)"))
+    problem = load_problem(path)
+    plan = TEMPLATES["matmul"].match(problem, trace(problem, import_problem(path)))
+    params = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 2, "GROUP_M": 2}
+    source = TEMPLATES["matmul"].render(plan, params)
+    assert_matches(Candidate.make(name, "triton", source, Origin(kind="builtin", proposer="matmul", params=params)),
+                   path, tmp_path)
+
+
+@pytest.mark.parametrize("forward,inputs,r,reason", [
+    ("return torch.bmm(x, y) + r", "torch.randn(b, m, k), torch.randn(b, k, n)", "torch.randn(m, n)",
+     r"broadcasts over the batch"),
+    ("return torch.matmul(x, y)", "torch.randn(b, m, k), torch.randn(1, k, n)", "torch.randn(1)",
+     r"broadcasts batches of \[1, 3\]"),
+    ("t = x.T\n        return torch.matmul(t, y) + t.sum()", "torch.randn(k, m), torch.randn(k, n)", "torch.randn(1)",
+     r"used outside the product"),
+])
+def test_what_the_batched_product_cannot_take_is_named(forward: str, inputs: str, r: str, reason: str,
+                                                        tmp_path: Path) -> None:
+    path = tmp_path / "refused.py"
+    path.write_text(BATCHED.format(forward=forward, inputs=inputs, r=r))
+    problem = load_problem(path)
+    with pytest.raises(TemplateMismatch, match=reason):
+        TEMPLATES["matmul"].match(problem, trace(problem, import_problem(path)))
