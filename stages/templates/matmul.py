@@ -1,10 +1,11 @@
-"""Family `matmul`: one matrix product (torch.matmul / mm / bmm / @, nn.Linear, F.linear) and a pointwise
-epilogue (bias, scale, residual, activations) applied to the fp32 accumulator tile before one store.
+"""Family `matmul`: one matrix product (torch.matmul / mm / bmm / @, an einsum that is one, nn.Linear, F.linear)
+and a pointwise epilogue (bias, scale, residual, activations) applied to the fp32 accumulator tile before one store.
 
-Operands are 2-D or 3-D (a batch of matrices: bmm, a 3-D input times a matrix, a Linear over a 3-D input; a 2-D
-operand is shared by every batch, read with batch stride 0), and may be the transpose (.T, .t(), .mT,
-transpose of the last two dims) of an input or a parameter, read through the view's strides. The batch index and
-the tile share the grid's first axis (no 65535 limit on the batch).
+Operands are matrices or batches of them: bmm and two 3-D operands of one batch; a batch over any number of dims
+(reshaped to one) times a matrix, as a Linear over a 3-D or 4-D input; a matrix times a 3-D batch. A matrix
+serves every batch, read with batch stride 0. An operand may be the transpose (.T, .t(), .mT, transpose of the
+last two dims, an einsum's letter order) of an input or a parameter, read through the view's strides. The batch
+index and the tile share the grid's first axis (no 65535 limit on the batch).
 
 Also the SwiGLU shape: two products sharing their left operand (x @ W1^T, x @ W3^T), each with its own
 accumulator, combined in the epilogue (silu(a) * b). One program per BLOCK_M x BLOCK_N output tile, in
@@ -148,12 +149,49 @@ class Epilogue(Lowering):
         return program
 
 
+def _einsum(node: torch.fx.Node) -> tuple[Any, Any, bool, bool]:
+    """(left, right, left transposed, right transposed) of an einsum that is one matrix product: one letter
+    contracted, the left's last (or second-last: transposed) with the right's second-last (or last: transposed);
+    the right 2-D, or 3-D with the left's batch letter first; the output the left's free letters, then the right's."""
+    args, what = node.args, f"einsum {node.args[0]!r}" if node.args else "einsum"
+    operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
+    if node.kwargs or not args or not isinstance(args[0], str) or len(operands) != 2:
+        raise TemplateMismatch(f"{what} of {len(operands)} operands: a matrix product has two")
+    equation = args[0].replace(" ", "")
+    ins, _, out = equation.partition("->")
+    x, _, y = ins.partition(",")
+    contracted = (set(x) & set(y)) - set(out)
+    if "." in equation or not out or len(contracted) != 1 or any(len(set(t)) != len(t) for t in (x, y, out)) \
+            or len(x) < 2 or len(y) not in (2, 3):
+        raise TemplateMismatch(f"{what} is not one matrix product (one contracted letter, no ellipsis or repeats)")
+    c = contracted.pop()
+    a_t, b_t = x[-2] == c, y[-1] == c
+    m, n = (x[-1] if a_t else x[-2]), (y[-2] if b_t else y[-1])
+    shared_batch = len(y) == 3 and len(x) == 3 and x[0] == y[0]
+    if c not in (x[-1], x[-2]) or c not in (y[-1], y[-2]) or (len(y) == 3 and not shared_batch) \
+            or out != (x[:-2] or y[:-2]) + m + n:
+        raise TemplateMismatch(f"{what} is not one matrix product of the last two dims")
+    return operands[0], operands[1], a_t, b_t
+
+
+def _check_ranks(node: torch.fx.Node, left: tuple[int, ...], right: tuple[int, ...], batched: bool) -> None:
+    """A matrix times a matrix; with `batched`, also any batch of matrices times a matrix, a matrix times a batch,
+    or two batches of as many matrices."""
+    if len(left) == len(right) == 2:
+        return
+    if batched and len(left) >= 2 and (len(right) == 2 or (len(right) == 3 and len(left) in (2, 3))):
+        if len(left) == len(right) == 3 and left[0] != right[0]:
+            raise TemplateMismatch(f"{node.name} broadcasts batches of {sorted({left[0], right[0]})} matrices")
+        return
+    raise TemplateMismatch(f"{node.name} multiplies tensors of shapes {list(left)} and {list(right)}: "
+                           f"{'a matrix or a batch of them times a matrix or a batch' if batched else '2-D'} only")
+
+
 def find_products(graph: torch.fx.GraphModule, batched: bool = False) -> tuple[
         list[torch.fx.Node], list[Product], dict[torch.fx.Node, Any], set[torch.dtype]]:
     """The product nodes, their operands, their Linear biases and the dtypes of everything they multiply; with
-    `batched`, 3-D operands (a batch of matrices) and bmm too."""
-    ops = (*_MATMUL_OPS, "linear", *(("bmm",) if batched else ()))
-    ranks = (2, 3) if batched else (2,)
+    `batched`, batches of matrices (_check_ranks), bmm and einsum too."""
+    ops = (*_MATMUL_OPS, "linear", *(("bmm", "einsum") if batched else ()))
     nodes: list[torch.fx.Node] = []
     products: list[Product] = []
     biases: dict[torch.fx.Node, Any] = {}
@@ -168,6 +206,7 @@ def find_products(graph: torch.fx.GraphModule, batched: bool = False) -> tuple[
                 biases[node] = f"self.{node.target}.bias"
             products.append(Product(operand_expr(a, "left"), b, True))
             operands = [a]
+            shapes = node_shape(a), tuple(module.weight.shape)
             dtypes.add(module.weight.dtype)
         elif node.op in ("call_function", "call_method") and node_op(node) in ops:
             if node_op(node) == "linear":
@@ -176,22 +215,24 @@ def find_products(graph: torch.fx.GraphModule, batched: bool = False) -> tuple[
                     biases[node] = bias
                 products.append(Product(operand_expr(a, "left"), tensor_expr(w, "weight"), True))
                 operands = [a, w]
+                shapes = node_shape(a), node_shape(w)
+            elif node_op(node) == "einsum":
+                a, b, a_t, b_t = _einsum(node)
+                products.append(Product(operand_expr(a, "left") + ".mT" * a_t,
+                                        operand_expr(b, "right") + ".mT" * b_t, False))
+                operands = [a, b]
+                shapes = node_shape(a), node_shape(b)
             else:
                 if len(node.args) != 2 or node.kwargs:
                     raise TemplateMismatch(f"unsupported matmul call {node.format_node()}")
                 a, b = node.args
                 products.append(Product(operand_expr(a, "left"), operand_expr(b, "right"), False))
                 operands = [a, b]
+                shapes = node_shape(a), node_shape(b)
         else:
             continue
-        for arg in operands:
-            if len(node_shape(arg)) not in ranks:
-                raise TemplateMismatch(f"{node.name} multiplies a tensor of shape {list(node_shape(arg))}, not "
-                                       f"{' or '.join(f'{r}-D' for r in ranks)}")
-            dtypes.add(arg.meta["tensor_meta"].dtype)
-        batches = {node_shape(arg)[0] for arg in operands if len(node_shape(arg)) == 3}
-        if len(batches) > 1:
-            raise TemplateMismatch(f"{node.name} broadcasts batches of {sorted(batches)} matrices")
+        _check_ranks(node, *shapes, batched)
+        dtypes |= {arg.meta["tensor_meta"].dtype for arg in operands}
         nodes.append(node)
     return nodes, products, biases, dtypes
 
@@ -298,7 +339,8 @@ def _forward(plan: MatmulPlan, params: dict[str, Any]) -> list[str]:
         *operand_prologue(plan.program),
         f"M, K, N = a.shape[-2], a.shape[-1], {n_dim}",
         "batches = a.shape[:-2] or b0.shape[:-2]",
-        "batch = batches[0] if batches else 1",
+        "batch = batches.numel()",
+        "a = a.reshape(batch, M, K) if a.dim() > 3 else a",  # batches over several dims: one batch dim
         f"out = a.new_empty((*batches, M, N), dtype={plan.program.out_dtype})",
         launch.call("_kf_matmul", grid, ", ".join(call)),
         "return out",

@@ -403,6 +403,11 @@ PRODUCTS = {  # name: (forward, the inputs x and y)
     "transposed_b": ("return torch.matmul(x, y.t())", "torch.randn(m, k), torch.randn(n, k)"),
     "transposed_both_scaled": ("return torch.matmul(x.T, y.T) * 0.5", "torch.randn(k, m), torch.randn(n, k)"),
     "batched_transposed": ("return torch.bmm(x, y.transpose(1, 2))", "torch.randn(b, m, k), torch.randn(b, n, k)"),
+    "einsum_4d_times_matrix": ("return torch.einsum('zbij,jk->zbik', x, y)", "torch.randn(2, b, m, k), torch.randn(k, n)"),
+    "einsum_batched_transposed_b": ("return torch.einsum('bik,bjk->bij', x, y)",
+                                    "torch.randn(b, m, k), torch.randn(b, n, k)"),
+    "einsum_transposed_a": ("return torch.einsum('ki,kj->ij', x, y) + 1.0", "torch.randn(k, m), torch.randn(k, n)"),
+    "linear_over_4d": ("return self.fc(x)", "torch.randn(2, b, m, k), torch.randn(1)"),
 }
 
 
@@ -428,6 +433,14 @@ def test_batched_and_transposed_products_match_the_reference(name: str, tmp_path
      r"broadcasts batches of \[1, 3\]"),
     ("t = x.T\n        return torch.matmul(t, y) + t.sum()", "torch.randn(k, m), torch.randn(k, n)", "torch.randn(1)",
      r"used outside the product"),
+    ("return torch.einsum('ij,jk,kl->il', x, y, y.T)", "torch.randn(m, k), torch.randn(k, k)", "torch.randn(1)",
+     r"of 3 operands: a matrix product has two"),
+    ("return torch.einsum('ij,ij->i', x, y)", "torch.randn(m, k), torch.randn(m, k)", "torch.randn(1)",
+     r"is not one matrix product of the last two dims"),
+    ("return torch.einsum('bij,cjk->bcik', x, y)", "torch.randn(b, m, k), torch.randn(2, k, n)", "torch.randn(1)",
+     r"is not one matrix product"),
+    ("return torch.matmul(x, y)", "torch.randn(2, b, m, k), torch.randn(2, b, k, n)", "torch.randn(1)",
+     r"multiplies tensors of shapes \[2, 3, 17, 23\] and \[2, 3, 23, 29\]"),
 ])
 def test_what_the_batched_product_cannot_take_is_named(forward: str, inputs: str, r: str, reason: str,
                                                         tmp_path: Path) -> None:
