@@ -11,6 +11,7 @@ from types import ModuleType
 
 from kernelflow.stages.templates import (
     attention,
+    conv,
     elementwise,
     inductor,
     library_epilogue,
@@ -24,4 +25,4 @@ from kernelflow.stages.templates import (
 TEMPLATES: dict[str, ModuleType] = {"elementwise": elementwise, "rowwise": rowwise,
                                     "library_epilogue": library_epilogue, "matmul": matmul,
                                     "scan": scan, "loss": loss, "attention": attention, "inductor": inductor,
-                                    "pooling": pooling}
+                                    "pooling": pooling, "conv": conv}

@@ -14,7 +14,8 @@ import torch
 import triton
 
 from kernelflow.stages import generate
-from kernelflow.stages.contracts import Candidate, GenerateRequest, Origin, Problem
+from kernelflow.stages.contracts import Candidate, CompileRequest, GenerateRequest, Origin, Problem
+from kernelflow.stages.executors.run import run_stage
 from kernelflow.stages.harness.candidate import load_model_class
 from kernelflow.stages.problems.kernelbench import import_problem, load_problem, workload_call
 from kernelflow.stages.templates import TEMPLATES
@@ -424,6 +425,21 @@ def test_batched_and_transposed_products_match_the_reference(name: str, tmp_path
     source = TEMPLATES["matmul"].render(plan, params)
     assert_matches(Candidate.make(name, "triton", source, Origin(kind="builtin", proposer="matmul", params=params)),
                    path, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["bmm", "einsum_4d_times_matrix", "transposed_both_scaled"])
+def test_batched_and_transposed_products_compile_for_sm90(name: str, tmp_path: Path) -> None:
+    forward, inputs = PRODUCTS[name]
+    path = tmp_path / f"{name}.py"
+    path.write_text(BATCHED.format(forward=forward, inputs=inputs, r="torch.randn(b, m, n)"))
+    problem = load_problem(path)
+    plan = TEMPLATES["matmul"].match(problem, trace(problem, import_problem(path)))
+    params = TEMPLATES["matmul"].variants(plan)[0]
+    candidate = Candidate.make(name, "triton", TEMPLATES["matmul"].render(plan, params),
+                               Origin(kind="builtin", proposer="matmul", params=params))
+    built = run_stage("compile", CompileRequest(workdir=str(tmp_path / "compile"), candidate=candidate,
+                                                problem=problem))
+    assert (built.status, built.mode) == ("ok", "ahead_of_time"), built.message
 
 
 @pytest.mark.parametrize("forward,inputs,r,reason", [
