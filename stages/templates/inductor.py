@@ -33,8 +33,8 @@ Parameters:
 A vendor call (extern mm/addmm/bmm/convolution) the policy forbids makes the variant a TemplateMismatch naming the
 op; so does any other torch op Inductor left as a fallback when the policy forbids torch compute, and code that
 launches no generated kernel (a plain GEMM's extern mm: eager's call, not a candidate; on cuda the plan then takes
-the Triton templates). A reference that
-Dynamo or Inductor cannot compile, or code the reader does not understand, is a TemplateMismatch with the reason.
+the Triton templates). A reference that Dynamo or Inductor cannot compile, or code the reader does not understand,
+is a TemplateMismatch with the reason.
 
 Generation takes seconds; each result (or its reason) is kept on disk, keyed by the problem's source, the
 workload, the device (and GPU), the choices and the torch/Triton/Python versions, under $KERNELFLOW_CACHE/inductor

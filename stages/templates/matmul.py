@@ -49,7 +49,6 @@ _HALF_TWO: tuple[_Config, ...] = ((128, 64, 64, 8, 3, 8), (64, 128, 64, 8, 3, 8)
 _TF32: tuple[_Config, ...] = ((128, 128, 32, 8, 3, 8), (64, 128, 32, 4, 4, 8), (128, 64, 32, 4, 4, 8))
 _IEEE: tuple[_Config, ...] = ((128, 64, 16, 8, 3, 8), (64, 128, 16, 8, 3, 8), (64, 64, 16, 4, 3, 8))
 _MAX_PRODUCTS = 2
-_TRANSPOSES = ("T", "mT", "t", "transpose")
 
 
 @dataclass(frozen=True)
