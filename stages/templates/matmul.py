@@ -151,7 +151,8 @@ class Epilogue(Lowering):
 def _einsum(node: torch.fx.Node) -> tuple[Any, Any, bool, bool]:
     """(left, right, left transposed, right transposed) of an einsum that is one matrix product: one letter
     contracted, the left's last (or second-last: transposed) with the right's second-last (or last: transposed);
-    the right 2-D, or 3-D with the left's batch letter first; the output the left's free letters, then the right's."""
+    the right 2-D, or 3-D with the left 2-D or of the same batch letter; the output the batch letters, the left's
+    row letter, then the right's column letter."""
     args, what = node.args, f"einsum {node.args[0]!r}" if node.args else "einsum"
     operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
     if node.kwargs or not args or not isinstance(args[0], str) or len(operands) != 2:
@@ -166,9 +167,8 @@ def _einsum(node: torch.fx.Node) -> tuple[Any, Any, bool, bool]:
     c = contracted.pop()
     a_t, b_t = x[-2] == c, y[-1] == c
     m, n = (x[-1] if a_t else x[-2]), (y[-2] if b_t else y[-1])
-    shared_batch = len(y) == 3 and len(x) == 3 and x[0] == y[0]
-    if c not in (x[-1], x[-2]) or c not in (y[-1], y[-2]) or (len(y) == 3 and not shared_batch) \
-            or out != (x[:-2] or y[:-2]) + m + n:
+    other_batches = len(y) == 3 and len(x) > 2 and x[:-2] != y[:-2]  # a batch times a batch: the same letter
+    if c not in (x[-1], x[-2]) or c not in (y[-1], y[-2]) or other_batches or out != (x[:-2] or y[:-2]) + m + n:
         raise TemplateMismatch(f"{what} is not one matrix product of the last two dims")
     return operands[0], operands[1], a_t, b_t
 

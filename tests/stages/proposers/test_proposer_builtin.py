@@ -407,6 +407,7 @@ PRODUCTS = {  # name: (forward, the inputs x and y)
     "einsum_4d_times_matrix": ("return torch.einsum('zbij,jk->zbik', x, y)", "torch.randn(2, b, m, k), torch.randn(k, n)"),
     "einsum_batched_transposed_b": ("return torch.einsum('bik,bjk->bij', x, y)",
                                     "torch.randn(b, m, k), torch.randn(b, n, k)"),
+    "einsum_matrix_times_batch": ("return torch.einsum('ij,bjk->bik', x, y)", "torch.randn(m, k), torch.randn(b, k, n)"),
     "einsum_transposed_a": ("return torch.einsum('ki,kj->ij', x, y) + 1.0", "torch.randn(k, m), torch.randn(k, n)"),
     "linear_over_4d": ("return self.fc(x)", "torch.randn(2, b, m, k), torch.randn(1)"),
 }
