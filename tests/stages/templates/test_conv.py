@@ -1,6 +1,6 @@
-"""Family `conv`: an nn.ConvNd as an implicit GEMM in Triton's interpreter, against the reference at every CPU
-workload (module geometry read at each call: workloads with other init arguments run right), several tiles, K
-steps and ragged edges; what it declines is named."""
+"""Family `conv`: an nn.ConvNd or nn.ConvTransposeNd as an implicit GEMM in Triton's interpreter, against the
+reference at every CPU workload (the module's geometry read at each call: workloads with other init arguments run
+right), several tiles, K steps and ragged edges; what it declines is named."""
 
 from __future__ import annotations
 
