@@ -29,7 +29,7 @@ from torch import nn
 
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import launch
-from kernelflow.stages.templates.lowering import Traced, node_shape
+from kernelflow.stages.templates.lowering import CONVS, PRODUCT_DTYPES, TRANSPOSED_CONVS, Traced, node_shape
 from kernelflow.stages.templates.matmul import Epilogue, tensor_expr
 from kernelflow.stages.templates.program import Plan, TemplateMismatch, Value
 from kernelflow.stages.templates.source import (
@@ -40,9 +40,6 @@ from kernelflow.stages.templates.source import (
     store_source,
 )
 
-_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 # best guess first; BLOCK_N >= 16 (tl.dot's least), BLOCK_K 16 for IEEE fp32 (an FMA loop: wider spills)
 _IEEE = ((64, 64, 16, 4, 3), (128, 64, 16, 8, 3), (64, 32, 16, 4, 3))
@@ -77,7 +74,7 @@ def _conv_node(traced: Traced) -> tuple[torch.fx.Node, nn.Module]:
     for node in traced.graph.graph.nodes:
         if node.op == "call_module":
             module = traced.graph.get_submodule(str(node.target))
-            if isinstance(module, (*_CONVS, *_TRANSPOSED)):
+            if isinstance(module, (*CONVS, *TRANSPOSED_CONVS)):
                 found.append((node, module))
         elif node.op == "call_function" and getattr(node.target, "__name__", "") in (
                 "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"):
@@ -101,7 +98,7 @@ def match(problem: Problem, traced: Traced) -> ConvPlan:
     source, arg = tensor_expr(node.args[0], "input"), node.args[0]
     assert isinstance(arg, torch.fx.Node)  # tensor_expr took it
     dtype = conv.weight.dtype
-    if dtype not in _DTYPES or arg.meta["tensor_meta"].dtype != dtype:
+    if dtype not in PRODUCT_DTYPES or arg.meta["tensor_meta"].dtype != dtype:
         raise TemplateMismatch(f"a convolution of {arg.meta['tensor_meta'].dtype} by {dtype} weights: "
                                "fp32, bf16 or fp16 alike only")
     if len(node_shape(arg)) != len(conv.kernel_size) + 2:
@@ -110,7 +107,7 @@ def match(problem: Problem, traced: Traced) -> ConvPlan:
     return ConvPlan(program=program, reference=traced.reference, conv=f"self.{node.target}", source=source,
                     dims=len(conv.kernel_size), has_bias=conv.bias is not None,
                     half=dtype != torch.float32, narrow=conv.out_channels // conv.groups <= 16,
-                    transposed=isinstance(conv, _TRANSPOSED))
+                    transposed=isinstance(conv, TRANSPOSED_CONVS))
 
 
 def variants(plan: Plan) -> list[dict[str, Any]]:
@@ -198,7 +195,10 @@ def _kernel(plan: ConvPlan) -> str:
 
 def _forward(plan: ConvPlan, params: dict[str, Any]) -> list[str]:
     conv, pad = plan.conv, 3 - plan.dims
-    lead = lambda unit: f"({unit},) * {pad} + " if pad else ""  # noqa: E731  (1-D, 2-D: unit leading dims)
+
+    def lead(unit: int) -> str:  # a 1-D or 2-D convolution's unit leading dims
+        return f"({unit},) * {pad} + " if pad else ""
+
     call = ["x", "w", f"{conv}.bias if {conv}.bias is not None else w"]
     if plan.transposed:  # weight [C, COG, ...]; the output grows from the input
         cout = f"w.shape[1] * {conv}.groups"

@@ -180,11 +180,14 @@ def _allowed(code: dict[str, Any], policy: Policy) -> None:
         raise TemplateMismatch(f"Inductor's code calls {why}, which the problem's policy forbids")
 
 
-def _launches_kernels(code: dict[str, Any]) -> None:
-    """TemplateMismatch where Inductor's code launches no kernel of its own: its calls are eager's."""
+def _usable(code: dict[str, Any], policy: Policy) -> dict[str, Any]:
+    """The code, or TemplateMismatch: it calls what the policy forbids (_allowed), or it launches no kernel of its
+    own (its calls are eager's)."""
+    _allowed(code, policy)
     if not any(c["kernels"] for c in _codes(code)):
         raise TemplateMismatch(f"Inductor's code launches no generated kernel, only {', '.join(code['ops'])} "
                                "(eager's own calls)")
+    return code
 
 
 def match(problem: Problem, traced: Any, device: Device) -> Plan:
@@ -195,15 +198,12 @@ def match(problem: Problem, traced: Any, device: Device) -> Plan:
     knobs = dict(KNOBS)
     code = lowered(problem, device, workload, knobs)
     try:
-        _allowed(code, problem.policy)
-        _launches_kernels(code)
+        _usable(code, problem.policy)
     except TemplateMismatch:
         if device != "cuda" or not any(op_class(op) == "vendor" for op in code["ops"]):
             raise
         knobs = {**knobs, "max_autotune": True, "triton_gemm": True}
-        code = lowered(problem, device, workload, knobs)
-        _allowed(code, problem.policy)
-        _launches_kernels(code)
+        code = _usable(lowered(problem, device, workload, knobs), problem.policy)
     return Plan(problem, device, workload, knobs, code, reference_source(problem.source))
 
 
@@ -259,10 +259,7 @@ def _code_for(plan: Plan, params: dict[str, Any]) -> dict[str, Any]:
     knobs = {k: bool(params.get(k, v)) for k, v in plan.knobs.items()}
     if knobs == plan.knobs:
         return plan.lowered
-    code = lowered(plan.problem, plan.device, plan.workload, knobs)
-    _allowed(code, plan.problem.policy)
-    _launches_kernels(code)
-    return code
+    return _usable(lowered(plan.problem, plan.device, plan.workload, knobs), plan.problem.policy)
 
 
 def _launch(code: dict[str, Any], launch_: dict[str, Any], params: dict[str, Any]) -> list[str]:

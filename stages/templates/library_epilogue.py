@@ -38,12 +38,18 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch import nn
 
 from kernelflow.stages.contracts import Problem
 from kernelflow.stages.templates import launch
 from kernelflow.stages.templates.decomposed import _name
-from kernelflow.stages.templates.lowering import Traced, node_op, node_shape
+from kernelflow.stages.templates.lowering import (
+    CONVS,
+    PRODUCT_DTYPES,
+    TRANSPOSED_CONVS,
+    Traced,
+    node_op,
+    node_shape,
+)
 from kernelflow.stages.templates.matmul import Epilogue, Product, find_products, tensor_expr
 from kernelflow.stages.templates.program import Plan, Program, TemplateMismatch
 from kernelflow.stages.templates.source import (
@@ -54,9 +60,6 @@ from kernelflow.stages.templates.source import (
     store_source,
 )
 
-_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_CONV_MODULES = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _ATEN_PRODUCTS = ("mm", "addmm", "convolution")
 _INNER = ("elementwise", "rowwise", "pooling")  # the families that may render what follows the products
 _CONV_PARAMS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
@@ -98,13 +101,13 @@ def _conv_call(traced: Traced, node: torch.fx.Node) -> str | None:
     """The F.convNd call computing node, None if node is no convolution."""
     if node.op == "call_module":
         conv = traced.graph.get_submodule(str(node.target))
-        if isinstance(conv, _TRANSPOSED) and conv.padding_mode == "zeros" and len(node.args) == 1 and not node.kwargs:
+        if isinstance(conv, TRANSPOSED_CONVS) and conv.padding_mode == "zeros" and len(node.args) == 1 and not node.kwargs:
             this = f"self.{node.target}"
             bias = f"{this}.bias" if conv.bias is not None else "None"
             args = [tensor_expr(node.args[0], "input"), f"{this}.weight", bias,
                     *(f"{this}.{k}" for k in ("stride", "padding", "output_padding", "groups", "dilation"))]
             return f"F.conv_transpose{len(conv.kernel_size)}d({', '.join(args)}).contiguous()"
-        if not isinstance(conv, _CONV_MODULES):
+        if not isinstance(conv, CONVS):
             return None
         if conv.padding_mode != "zeros":
             raise TemplateMismatch(f"{node.target} pads with {conv.padding_mode!r}; the template renders zero padding")
@@ -163,7 +166,7 @@ def match(problem: Problem, traced: Traced) -> LibraryPlan:
         raise TemplateMismatch("no matmul, mm, @, linear or convolution in forward")
     if len({node_shape(n) for n in nodes}) > 1:
         raise TemplateMismatch("products of different shapes; the epilogue walks one shape")
-    if len(dtypes) != 1 or (dtype := dtypes.pop()) not in _DTYPES:
+    if len(dtypes) != 1 or (dtype := dtypes.pop()) not in PRODUCT_DTYPES:
         raise TemplateMismatch(f"product operands of dtypes {sorted(map(str, dtypes))}: one of fp32, bf16, fp16 only")
     if not unfolded:
         try:

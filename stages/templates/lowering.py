@@ -39,6 +39,9 @@ from kernelflow.stages.templates.program import (
 from kernelflow.stages.templates.source import reference_source
 
 _TORCH_MODULES = ("torch", "_operator", "builtins")
+CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+TRANSPOSED_CONVS = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+PRODUCT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the product families multiply
 _FLOAT32_EPS = torch.finfo(torch.float32).eps  # rms_norm's eps when none is given
 _REDUCTIONS: dict[str, Reduction] = {"sum": "sum", "mean": "sum", "amax": "max", "amin": "min", "argmax": "argmax"}
 _SCANS: dict[str, Scan] = {"cumsum": "sum", "cumprod": "prod", "cummax": "max", "cummin": "min"}
